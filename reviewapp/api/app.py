@@ -1,0 +1,20 @@
+"""The JSON API at /api/v1/ (OpenAPI at /api/v1/openapi.json)."""
+
+from ninja import NinjaAPI
+
+from reviewapp.api import otel, traces
+from reviewapp.api.auth import ProjectKeyAuth
+from reviewapp.api.errors import StrictJsonParser, install_error_handlers
+
+api = NinjaAPI(
+    title="Apprentice API",
+    version="1",
+    description="Record agent traces, pin feedback to them, and retrain the model from it.",
+    auth=ProjectKeyAuth(),
+    parser=StrictJsonParser(),
+    urls_namespace="api",
+    docs_url="/docs",
+)
+install_error_handlers(api)
+api.add_router("/", traces.router)
+api.add_router("/", otel.router)

@@ -1,0 +1,86 @@
+"""Every API error is JSON `{"error": <code>, "detail": <what to fix>}`; nothing becomes a 500."""
+
+import logging
+from http import HTTPStatus
+
+import orjson
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
+
+from reviewapp.api.limits import body_too_large
+from reviewapp.ingest.chat import field_path
+
+logger = logging.getLogger(__name__)
+
+
+def error_response(status: int, detail: str, error: str | None = None) -> JsonResponse:
+    code = error or HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    return JsonResponse({"error": code, "detail": detail}, status=status)
+
+
+class InvalidJson(ValueError):
+    pass
+
+
+def describe_json_error(body: bytes, error: orjson.JSONDecodeError) -> str:
+    at = body[error.pos : error.pos + 9].lstrip(b"-")
+    if at.startswith((b"NaN", b"Infinity")):
+        return f"NaN and Infinity are not valid JSON numbers (at character {error.pos})"
+    return f"the body is not valid JSON: {error}"
+
+
+class StrictJsonParser(Parser):
+    """orjson: fast, and it refuses NaN/Infinity, lone surrogates and runaway nesting."""
+
+    def parse_body(self, request: HttpRequest):
+        body = request.body
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as error:
+            raise InvalidJson(describe_json_error(body, error)) from None
+
+
+def install_error_handlers(api: NinjaAPI) -> None:
+    @api.exception_handler(HttpError)
+    def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        # ninja wraps parser failures in a generic 400; the cause says what was wrong.
+        if isinstance(exc.__cause__, InvalidJson):
+            return error_response(400, str(exc.__cause__), "invalid_json")
+        if isinstance(exc.__cause__, RequestDataTooBig):
+            return body_too_large()
+        return error_response(exc.status_code, str(exc))
+
+    @api.exception_handler(ValidationError)
+    def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        problems = []
+        for detail in exc.errors[:5]:
+            location = detail.get("loc", ())
+            # ninja prefixes the parameter source ("body", "query", "path") and the argument name
+            location = location[2:] if location[:1] == ("body",) else location[1:]
+            path = field_path(tuple(location))
+            problems.append(f"{path}: {detail['msg']}" if path else detail["msg"])
+        return error_response(422, "; ".join(problems), "invalid_request")
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        response = error_response(
+            401, "send a live project API key as 'Authorization: Bearer <key>'", "unauthorized"
+        )
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @api.exception_handler(Http404)
+    def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+        return error_response(404, str(exc) or "not found", "not_found")
+
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return body_too_large()
+
+    @api.exception_handler(Exception)
+    def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        logger.exception("unhandled API error on %s", request.path)
+        return error_response(500, "an internal error; it has been logged", "internal_error")

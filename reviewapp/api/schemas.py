@@ -1,0 +1,121 @@
+"""The API's request and response shapes (they are also the OpenAPI document)."""
+
+from datetime import datetime
+from typing import Any
+
+from ninja import Field, Schema
+
+from reviewapp.models import Termination, TraceSource
+
+
+class ErrorOut(Schema):
+    error: str
+    detail: str
+
+
+class TraceBatchIn(Schema):
+    # Items stay raw here so one bad trace is rejected alone, with its own message.
+    traces: list[Any] = Field(..., description="Trace objects; see the README for their shape")
+
+
+class ItemResultOut(Schema):
+    external_id: str | None
+    status: int
+    error: str | None = None
+    warnings: list[str] | None = None
+
+
+class BatchResultOut(Schema):
+    results: list[ItemResultOut]
+
+
+class OutcomeOut(Schema):
+    reward: float | None
+    success: bool | None
+
+
+class TraceSummaryOut(Schema):
+    external_id: str
+    source: TraceSource
+    model: str
+    adapter_version: str
+    termination: Termination
+    outcome: OutcomeOut
+    message_count: int
+    tool_call_count: int
+    preview: str
+    tags: list[str]
+    feedback_count: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    received_at: datetime
+
+
+class TraceListOut(Schema):
+    traces: list[TraceSummaryOut]
+    next: str | None
+
+
+class FeedbackOut(Schema):
+    id: int
+    turn: int | None
+    tool_call_id: str | None
+    author: str
+    text: str
+    rating: float | None
+    correction: dict[str, Any] | None
+    checks: list[dict[str, Any]]
+    status: str
+    created_at: datetime
+
+
+class ReviewStateOut(Schema):
+    tags: list[str]
+    feedback: list[FeedbackOut]
+    reviewed: bool
+
+
+class UsageOut(Schema):
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class TraceOut(Schema):
+    external_id: str
+    source: TraceSource
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    model: str | None
+    adapter_version: str | None
+    metadata: dict[str, Any]
+    termination: Termination
+    outcome: OutcomeOut
+    started_at: datetime | None
+    ended_at: datetime | None
+    received_at: datetime
+    usage: UsageOut
+    tags: list[str]
+    review: ReviewStateOut
+
+
+class CheckIn(Schema):
+    kind: str = Field(..., description="regex | not_regex | max_words | calls_tool")
+    value: Any
+
+
+class FeedbackIn(Schema):
+    text: str = Field(..., min_length=1, max_length=20000)
+    turn: int | None = Field(
+        None, ge=0, description="0-based index in messages of the assistant turn; absent: trace"
+    )
+    tool_call_id: str | None = Field(None, max_length=200, description="pin to one tool call")
+    rating: float | None = Field(None, ge=-1000, le=1000, allow_inf_nan=False)
+    author: str | None = Field(None, max_length=200)
+    correction: dict[str, Any] | None = Field(None, description="a corrected assistant message")
+    checks: list[CheckIn] = Field(default_factory=list, max_length=20)
+
+
+class OutcomeIn(Schema):
+    reward: float | None = Field(None, allow_inf_nan=False)
+    success: bool | None = None
+    termination: Termination | None = None

@@ -1,0 +1,221 @@
+"""Trace endpoints: batch ingest, list, read, feedback, outcome."""
+
+import base64
+import binascii
+
+from django.conf import settings
+from django.db.models import Count, Prefetch, Q
+from django.http import Http404, HttpRequest
+from ninja import Query, Router, Schema, Status
+from ninja.errors import HttpError
+
+from reviewapp.api import schemas
+from reviewapp.ingest.chat import text_problem
+from reviewapp.models import Feedback, Project, Trace, TraceSource, TraceTag
+from reviewapp.services.feedback import FeedbackError, record_feedback, record_outcome
+from reviewapp.services.ingest import ingest_traces
+
+router = Router(tags=["traces"])
+
+ERRORS = {
+    400: schemas.ErrorOut,
+    401: schemas.ErrorOut,
+    404: schemas.ErrorOut,
+    413: schemas.ErrorOut,
+    422: schemas.ErrorOut,
+}
+
+
+def _get_trace_for_project(project: Project, external_id: str) -> Trace:
+    trace = Trace.objects.filter(project=project, external_id=external_id).first()
+    if trace is None:
+        raise Http404(f"no trace {external_id!r} in this project")
+    return trace
+
+
+def _reject_unstorable_text(payload: Schema) -> None:
+    problem = text_problem(payload.dict(), max_depth=settings.INGEST_MAX_NESTING_DEPTH)
+    if problem:
+        raise HttpError(422, problem)
+
+
+def _tag_names(trace: Trace) -> list[str]:
+    return sorted({trace_tag.tag.name for trace_tag in trace.trace_tags.all()})
+
+
+def _outcome(trace: Trace) -> dict:
+    return {"reward": trace.reward, "success": trace.success}
+
+
+def _summary(trace: Trace) -> dict:
+    return {
+        "external_id": trace.external_id,
+        "source": trace.source,
+        "model": trace.model,
+        "adapter_version": trace.adapter_version,
+        "termination": trace.termination,
+        "outcome": _outcome(trace),
+        "message_count": trace.message_count,
+        "tool_call_count": trace.tool_call_count,
+        "preview": trace.preview,
+        "tags": _tag_names(trace),
+        "feedback_count": trace.feedback_count,
+        "started_at": trace.started_at,
+        "ended_at": trace.ended_at,
+        "received_at": trace.received_at,
+    }
+
+
+def _feedback_json(feedback: Feedback) -> dict:
+    return {
+        "id": feedback.pk,
+        "turn": feedback.turn,
+        "tool_call_id": feedback.tool_call_id or None,
+        "author": feedback.author,
+        "text": feedback.text,
+        "rating": feedback.rating,
+        "correction": feedback.correction,
+        "checks": feedback.checks,
+        "status": feedback.status,
+        "created_at": feedback.created_at,
+    }
+
+
+@router.post(
+    "/traces",
+    response={207: schemas.BatchResultOut, **ERRORS},
+    summary="Ingest a batch of traces (idempotent on external_id)",
+    exclude_none=True,
+)
+def post_traces(request: HttpRequest, batch: schemas.TraceBatchIn):
+    limit = settings.INGEST_MAX_TRACES_PER_BATCH
+    if len(batch.traces) > limit:
+        raise HttpError(413, f"{len(batch.traces)} traces is over the limit of {limit} per batch")
+    results = ingest_traces(project=request.auth, raw_items=batch.traces, source=TraceSource.API)
+    return Status(207, {"results": [result.as_json() for result in results]})
+
+
+class TraceFilters(Schema):
+    source: TraceSource | None = None
+    q: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        return int(base64.urlsafe_b64decode(cursor.encode()).decode())
+    except (binascii.Error, ValueError, UnicodeError):
+        raise HttpError(400, "cursor: not a cursor this API returned") from None
+
+
+def _encode_cursor(trace_id: int) -> str:
+    return base64.urlsafe_b64encode(str(trace_id).encode()).decode()
+
+
+@router.get("/traces", response={200: schemas.TraceListOut, **ERRORS}, summary="List traces")
+def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
+    if not 1 <= filters.limit <= 500:
+        raise HttpError(422, "limit: must be between 1 and 500")
+    traces = (
+        Trace.objects.filter(project=request.auth)
+        .defer("body", "metadata")
+        .annotate(feedback_count=Count("feedback"))
+        .prefetch_related(Prefetch("trace_tags", TraceTag.objects.select_related("tag")))
+        .order_by("-id")
+    )
+    if filters.source:
+        traces = traces.filter(source=filters.source)
+    if filters.q:
+        traces = traces.filter(
+            Q(external_id__icontains=filters.q)
+            | Q(preview__icontains=filters.q)
+            | Q(model__icontains=filters.q)
+        )
+    if filters.cursor:
+        traces = traces.filter(id__lt=_decode_cursor(filters.cursor))
+    page = list(traces[: filters.limit + 1])
+    more = len(page) > filters.limit
+    page = page[: filters.limit]
+    return {
+        "traces": [_summary(trace) for trace in page],
+        "next": _encode_cursor(page[-1].id) if more else None,
+    }
+
+
+@router.get(
+    "/traces/{external_id}",
+    response={200: schemas.TraceOut, **ERRORS},
+    summary="One trace as stored, with its review state",
+)
+def get_trace(request: HttpRequest, external_id: str):
+    trace = _get_trace_for_project(request.auth, external_id)
+    body = trace.body_json()
+    tags = sorted(
+        set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True))
+    )
+    feedback = [_feedback_json(item) for item in trace.feedback.order_by("id")]
+    return {
+        "external_id": trace.external_id,
+        "source": trace.source,
+        "messages": body["messages"],
+        "tools": body["tools"],
+        "model": trace.model or None,
+        "adapter_version": trace.adapter_version or None,
+        "metadata": trace.metadata,
+        "termination": trace.termination,
+        "outcome": _outcome(trace),
+        "started_at": trace.started_at,
+        "ended_at": trace.ended_at,
+        "received_at": trace.received_at,
+        "usage": {
+            "prompt_tokens": trace.prompt_tokens,
+            "completion_tokens": trace.completion_tokens,
+        },
+        "tags": tags,
+        "review": {"tags": tags, "feedback": feedback, "reviewed": bool(tags or feedback)},
+    }
+
+
+@router.post(
+    "/traces/{external_id}/feedback",
+    response={200: schemas.FeedbackOut, 201: schemas.FeedbackOut, **ERRORS},
+    summary="Pin written feedback to a trace, a turn or a tool call",
+)
+def post_feedback(request: HttpRequest, external_id: str, payload: schemas.FeedbackIn):
+    trace = _get_trace_for_project(request.auth, external_id)
+    _reject_unstorable_text(payload)
+    try:
+        feedback, created = record_feedback(
+            trace=trace,
+            text=payload.text,
+            turn=payload.turn,
+            tool_call_id=payload.tool_call_id,
+            rating=payload.rating,
+            author=payload.author or "api",
+            correction=payload.correction,
+            checks=[check.dict() for check in payload.checks],
+        )
+    except FeedbackError as error:
+        raise HttpError(422, str(error)) from None
+    return Status(201 if created else 200, _feedback_json(feedback))
+
+
+@router.post(
+    "/traces/{external_id}/outcome",
+    response={200: schemas.TraceSummaryOut, **ERRORS},
+    summary="Record the reward, success or termination of a trace",
+)
+def post_outcome(request: HttpRequest, external_id: str, payload: schemas.OutcomeIn):
+    trace = _get_trace_for_project(request.auth, external_id)
+    try:
+        trace = record_outcome(
+            trace=trace,
+            reward=payload.reward,
+            success=payload.success,
+            termination=payload.termination,
+        )
+    except FeedbackError as error:
+        raise HttpError(422, str(error)) from None
+    trace.feedback_count = trace.feedback.count()
+    return _summary(trace)

@@ -1,0 +1,205 @@
+"""The data model: projects and their keys, traces, the tag taxonomy, feedback."""
+
+import hashlib
+import secrets
+import zlib
+
+import orjson
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Project(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    # The model the adapters are trained from (a registry name or an HF model directory).
+    base_model = models.CharField(max_length=300, default="SmolLM2-135M-Instruct")
+    # The model name the harness asks the gateway for; resolved to the base or an adapter.
+    served_model = models.CharField(max_length=200, default="SmolLM2-135M-Instruct")
+    # The OpenAI-compatible server the gateway forwards to; blank: the configured default.
+    upstream_url = models.URLField(max_length=500, blank=True)
+    # Training policy and other per-project knobs, validated where they are used.
+    settings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiKey(models.Model):
+    """A machine credential for one project. Only a hash of the secret is stored."""
+
+    PREFIX_LENGTH = 12
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=PREFIX_LENGTH)  # shown in lists to tell keys apart
+    secret_hash = models.CharField(max_length=64, unique=True)  # serves: lookup on every request
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.project.slug})"
+
+    @staticmethod
+    def new_secret() -> str:
+        return "apk_" + secrets.token_urlsafe(32)
+
+    @staticmethod
+    def hash_secret(secret: str) -> str:
+        # The secret has 256 bits of entropy, so a fast hash is enough (no password stretching).
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Termination(models.TextChoices):
+    COMPLETED = "completed"
+    TIMEOUT = "timeout"
+    TOOL_ERROR = "tool_error"
+    MAX_STEPS = "max_steps"
+    ERROR = "error"
+    CLIENT_DISCONNECTED = "client_disconnected"
+    UNKNOWN = "unknown"
+
+
+class TraceSource(models.TextChoices):
+    API = "api"
+    OTEL = "otel"
+    GATEWAY = "gateway"
+    IMPORT = "import"
+
+
+class Trace(models.Model):
+    """One agent episode. Bodies are stored compressed; lists read only the summary columns."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="traces")
+    external_id = models.CharField(max_length=256)
+    source = models.CharField(max_length=16, choices=TraceSource.choices)
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    termination = models.CharField(
+        max_length=32, choices=Termination.choices, default=Termination.UNKNOWN
+    )
+    reward = models.FloatField(null=True, blank=True)
+    success = models.BooleanField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+    prompt_tokens = models.IntegerField(null=True, blank=True)
+    completion_tokens = models.IntegerField(null=True, blank=True)
+    # Summary columns, computed at ingest, so a list never opens a body.
+    message_count = models.IntegerField(default=0)
+    tool_call_count = models.IntegerField(default=0)
+    preview = models.CharField(max_length=300, blank=True)
+    # zlib-compressed JSON {"messages": [...], "tools": [...]}; see `body_json`.
+    body = models.BinaryField()
+    # sha256 of the canonical item as received: tells an unchanged replay from a conflict.
+    content_hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            # Ingest is idempotent on this pair.
+            models.UniqueConstraint(fields=["project", "external_id"], name="trace_external_id"),
+        ]
+        indexes = [
+            # serves: the newest-first list per project (keyset pagination on id)
+            models.Index(fields=["project", "-id"], name="trace_project_newest"),
+            # serves: the list filtered by source
+            models.Index(fields=["project", "source", "-id"], name="trace_project_source"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.external_id}"
+
+    @staticmethod
+    def pack_body(*, messages: list, tools: list) -> bytes:
+        return zlib.compress(orjson.dumps({"messages": messages, "tools": tools}), 1)
+
+    def body_json(self) -> dict:
+        return orjson.loads(zlib.decompress(bytes(self.body)))
+
+
+class Tag(models.Model):
+    """A failure category in a project's taxonomy; `parent` makes it a tree."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tags")
+    name = models.CharField(max_length=100)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    description = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="tag_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TraceTag(models.Model):
+    """A tag on a trace, by one reviewer (or by a machine when `reviewer` is empty)."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="trace_tags")
+    tag = models.ForeignKey(Tag, on_delete=models.CASCADE, related_name="trace_tags")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trace", "tag", "reviewer"], name="tracetag_once_per_reviewer"
+            ),
+            models.UniqueConstraint(
+                fields=["trace", "tag"],
+                condition=Q(reviewer__isnull=True),
+                name="tracetag_once_per_machine",
+            ),
+        ]
+
+
+class FeedbackStatus(models.TextChoices):
+    OPEN = "open"  # waiting to become targets
+    USED = "used"  # targets were built from it
+    DISMISSED = "dismissed"
+
+
+class Feedback(models.Model):
+    """Written feedback pinned to a trace, one assistant turn, or one tool call."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="feedback")
+    # 0-based index in the trace's messages of the assistant turn; null: the whole trace.
+    turn = models.IntegerField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    author = models.CharField(max_length=200, blank=True)  # who wrote it, as the API was told
+    text = models.TextField()
+    rating = models.FloatField(null=True, blank=True)
+    # A corrected assistant message (OpenAI shape); the strongest training target.
+    correction = models.JSONField(null=True, blank=True)
+    # Machine-checkable expectations on the turn: [{"kind": ..., "value": ...}].
+    checks = models.JSONField(default=list, blank=True)
+    status = models.CharField(
+        max_length=16, choices=FeedbackStatus.choices, default=FeedbackStatus.OPEN
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    # sha256 of (anchor, author, text, rating, correction, checks): a resent feedback is one row.
+    content_hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "content_hash"], name="feedback_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"feedback on {self.trace_id} turn {self.turn}"

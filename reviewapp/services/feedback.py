@@ -1,0 +1,189 @@
+"""Writing feedback and outcomes onto stored traces."""
+
+import hashlib
+import json
+import re
+from typing import Any
+
+import jsonschema
+import orjson
+from django.db import IntegrityError, transaction
+from pydantic import ValidationError
+
+from reviewapp.ingest.chat import Message, describe_validation_error
+from reviewapp.models import Feedback, Trace
+
+CHECK_KINDS = ("regex", "not_regex", "max_words", "calls_tool")
+
+
+class FeedbackError(ValueError):
+    """Feedback that does not fit its trace; the message names the field."""
+
+
+def assistant_turn_for_tool_call(messages: list[dict], tool_call_id: str) -> int | None:
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        if any(call.get("id") == tool_call_id for call in message.get("tool_calls") or ()):
+            return index
+    return None
+
+
+def _validated_anchor(
+    messages: list[dict], turn: int | None, tool_call_id: str | None
+) -> tuple[int | None, str]:
+    if tool_call_id:
+        call_turn = assistant_turn_for_tool_call(messages, tool_call_id)
+        if call_turn is None:
+            raise FeedbackError(f"tool_call_id: {tool_call_id!r} is not a tool call in this trace")
+        if turn is not None and turn != call_turn:
+            raise FeedbackError(
+                f"turn: {turn} does not hold tool call {tool_call_id!r} (it is in turn {call_turn})"
+            )
+        return call_turn, tool_call_id
+    if turn is None:
+        return None, ""
+    if not 0 <= turn < len(messages):
+        raise FeedbackError(f"turn: {turn} is outside the trace's {len(messages)} messages")
+    role = messages[turn].get("role")
+    if role != "assistant":
+        raise FeedbackError(f"turn: message {turn} is a {role} message, not an assistant turn")
+    return turn, ""
+
+
+def _validated_correction(correction: dict, tools: list[dict]) -> dict:
+    correction = {"role": "assistant", **correction}
+    try:
+        message = Message.model_validate(correction)
+    except ValidationError as error:
+        raise FeedbackError("correction." + describe_validation_error(error)) from None
+    if message.role != "assistant":
+        raise FeedbackError("correction.role: a correction is an assistant message")
+    if not message.content and not message.tool_calls:
+        raise FeedbackError("correction: needs content or tool_calls")
+    schemas = {
+        tool["function"]["name"]: tool["function"].get("parameters") or {"type": "object"}
+        for tool in tools
+    }
+    for index, call in enumerate(message.tool_calls or ()):
+        where = f"correction.tool_calls[{index}].function"
+        name = call.function.name
+        if name not in schemas:
+            known = ", ".join(sorted(schemas)) or "none"
+            raise FeedbackError(f"{where}.name: {name!r} is not a tool of this trace ({known})")
+        arguments = json.loads(call.function.arguments)
+        try:
+            jsonschema.validate(arguments, schemas[name])
+        except jsonschema.ValidationError as error:
+            at = "/".join(str(part) for part in error.absolute_path) or "(top)"
+            raise FeedbackError(
+                f"{where}.arguments: {error.message} at {at}, per the {name} tool's schema"
+            ) from None
+        except jsonschema.SchemaError:
+            pass  # the harness sent a broken schema; nothing to validate against
+    return correction
+
+
+def _validated_checks(checks: list[dict], tools: list[dict]) -> list[dict]:
+    tool_names = {tool["function"]["name"] for tool in tools}
+    for index, check in enumerate(checks):
+        kind, value = check.get("kind"), check.get("value")
+        where = f"checks[{index}]"
+        if kind not in CHECK_KINDS:
+            raise FeedbackError(f"{where}.kind: {kind!r} is not one of {', '.join(CHECK_KINDS)}")
+        if kind in ("regex", "not_regex"):
+            if not isinstance(value, str) or not value:
+                raise FeedbackError(f"{where}.value: a {kind} check needs a pattern string")
+            try:
+                re.compile(value)
+            except re.error as error:
+                raise FeedbackError(f"{where}.value: not a valid regular expression ({error})")
+        elif kind == "max_words":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise FeedbackError(f"{where}.value: max_words needs a positive whole number")
+        elif kind == "calls_tool":
+            if not isinstance(value, str) or not value:
+                raise FeedbackError(f"{where}.value: calls_tool needs a tool name")
+            if tool_names and value not in tool_names:
+                known = ", ".join(sorted(tool_names))
+                raise FeedbackError(f"{where}.value: {value!r} is not a tool of this trace ({known})")
+    return [{"kind": check["kind"], "value": check["value"]} for check in checks]
+
+
+def _feedback_hash(**fields: Any) -> str:
+    return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def record_feedback(
+    *,
+    trace: Trace,
+    text: str,
+    turn: int | None = None,
+    tool_call_id: str | None = None,
+    rating: float | None = None,
+    author: str = "",
+    correction: dict | None = None,
+    checks: list[dict] | None = None,
+    reviewer=None,
+) -> tuple[Feedback, bool]:
+    """Validate feedback against its trace and store it once; returns (feedback, created)."""
+    body = trace.body_json()
+    messages, tools = body["messages"], body["tools"]
+    turn, tool_call_id = _validated_anchor(messages, turn, tool_call_id)
+    if correction is not None:
+        if turn is None:
+            raise FeedbackError("correction: pin the feedback to a turn to correct it")
+        correction = _validated_correction(correction, tools)
+    checks = _validated_checks(checks or [], tools)
+    content_hash = _feedback_hash(
+        turn=turn,
+        tool_call_id=tool_call_id,
+        author=author,
+        reviewer=reviewer.pk if reviewer else None,
+        text=text,
+        rating=rating,
+        correction=correction,
+        checks=checks,
+    )
+    existing = Feedback.objects.filter(trace=trace, content_hash=content_hash).first()
+    if existing:
+        return existing, False
+    try:
+        with transaction.atomic():
+            feedback = Feedback.objects.create(
+                trace=trace,
+                turn=turn,
+                tool_call_id=tool_call_id,
+                author=author,
+                reviewer=reviewer,
+                text=text,
+                rating=rating,
+                correction=correction,
+                checks=checks,
+                content_hash=content_hash,
+            )
+    except IntegrityError:  # the same feedback sent twice at once
+        return Feedback.objects.get(trace=trace, content_hash=content_hash), False
+    return feedback, True
+
+
+def record_outcome(
+    *,
+    trace: Trace,
+    reward: float | None = None,
+    success: bool | None = None,
+    termination: str | None = None,
+) -> Trace:
+    """Set what happened in the end; fields left out keep their stored value."""
+    changes = {
+        name: value
+        for name, value in (("reward", reward), ("success", success), ("termination", termination))
+        if value is not None
+    }
+    if not changes:
+        raise FeedbackError("give at least one of reward, success, termination")
+    Trace.objects.filter(pk=trace.pk).update(**changes)
+    for name, value in changes.items():
+        setattr(trace, name, value)
+    return trace
+

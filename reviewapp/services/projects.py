@@ -1,0 +1,34 @@
+"""Projects and their API keys."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from reviewapp.models import ApiKey, Project
+
+
+@transaction.atomic
+def create_project(
+    *, slug: str, name: str = "", upstream_url: str = "", served_model: str = ""
+) -> Project:
+    project = Project(slug=slug, name=name or slug, upstream_url=upstream_url)
+    if served_model:
+        project.served_model = served_model
+    project.full_clean()
+    project.save()
+    return project
+
+
+def create_api_key(*, project: Project, name: str = "") -> tuple[ApiKey, str]:
+    """Store a new key's hash; the secret is returned once and never again."""
+    secret = ApiKey.new_secret()
+    key = ApiKey.objects.create(
+        project=project,
+        name=name,
+        prefix=secret[: ApiKey.PREFIX_LENGTH],
+        secret_hash=ApiKey.hash_secret(secret),
+    )
+    return key, secret
+
+
+def revoke_api_key(*, key: ApiKey) -> None:
+    ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

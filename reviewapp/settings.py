@@ -1,0 +1,131 @@
+"""Settings, all from the environment; the defaults run on a fresh laptop with nothing installed."""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")  # optional; a missing file is fine
+
+# The embedded run keeps its state here: SQLite, the file broker's folders, adapters.
+VAR_DIR = Path(env.str("APPRENTICE_VAR_DIR", default=str(BASE_DIR / "var")))
+
+DEBUG = env.bool("DJANGO_DEBUG", default=True)
+SECRET_KEY = env.str(
+    "DJANGO_SECRET_KEY",
+    # Only usable with DEBUG on: production must supply its own (check --deploy insists).
+    default="insecure-embedded-default-key-set-DJANGO_SECRET_KEY-in-production-0123456789",
+)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "reviewapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "reviewapp.api.limits.RequestSizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "reviewapp.urls"
+ASGI_APPLICATION = "reviewapp.asgi.application"
+WSGI_APPLICATION = "reviewapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url(
+        "DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'apprentice.sqlite3'}"
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while the worker writes.
+    DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Celery. Embedded default: a broker on the filesystem, so nothing has to be running.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {
+        "data_folder_in": str(VAR_DIR / "broker"),
+        "data_folder_out": str(VAR_DIR / "broker"),
+        "processed_folder": str(VAR_DIR / "broker-processed"),
+        "store_processed": False,
+    }
+    if CELERY_BROKER_URL.startswith("filesystem")
+    else {}
+)
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another worker
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+
+# Ingest limits: big enough for real agent traces, small enough that one request can't hurt.
+INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=32 * 1024 * 1024)
+INGEST_MAX_TRACES_PER_BATCH = env.int("INGEST_MAX_TRACES_PER_BATCH", default=1000)
+INGEST_MAX_MESSAGES_PER_TRACE = env.int("INGEST_MAX_MESSAGES_PER_TRACE", default=20000)
+INGEST_MAX_NESTING_DEPTH = env.int("INGEST_MAX_NESTING_DEPTH", default=32)
+# Django's own cap would answer 400 before ours could answer 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BODY_BYTES
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True

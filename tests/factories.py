@@ -1,0 +1,66 @@
+"""Small builders for test data."""
+
+import json
+
+from django.test import Client
+
+
+class ApiClient:
+    """A Django test client that speaks JSON with a project key."""
+
+    def __init__(self, key: str | None):
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    def get(self, path: str, **params):
+        return self.client.get(path, params, headers=self.headers)
+
+    def post(self, path: str, payload=None, *, body: bytes | None = None, **extra):
+        data = body if body is not None else json.dumps(payload)
+        return self.client.post(
+            path, data, content_type="application/json", headers=self.headers, **extra
+        )
+
+
+def make_trace(external_id: str = "t-1", **overrides) -> dict:
+    """A small agent trace with one tool call and its result."""
+    trace = {
+        "external_id": external_id,
+        "model": "SmolLM2-135M-Instruct",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant with a calculator."},
+            {"role": "user", "content": "What is 12 * 7?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "calculator", "arguments": '{"expression": "12*7"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "84"},
+            {"role": "assistant", "content": "12 * 7 is 84."},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "calculator",
+                    "description": "Evaluate an arithmetic expression.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"expression": {"type": "string"}},
+                        "required": ["expression"],
+                    },
+                },
+            }
+        ],
+        "metadata": {"customer": "c-42"},
+        "termination": "completed",
+        "outcome": {"reward": 1.0, "success": True},
+    }
+    trace.update(overrides)
+    return trace
