@@ -165,6 +165,9 @@ class TraceTag(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.tag_id} on {self.trace_id}"
+
 
 class FeedbackStatus(models.TextChoices):
     OPEN = "open"  # waiting to become targets

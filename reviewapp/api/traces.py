@@ -151,9 +151,7 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
 def get_trace(request: HttpRequest, external_id: str):
     trace = _get_trace_for_project(request.auth, external_id)
     body = trace.body_json()
-    tags = sorted(
-        set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True))
-    )
+    tags = sorted(set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True)))
     feedback = [_feedback_json(item) for item in trace.feedback.order_by("id")]
     return {
         "external_id": trace.external_id,

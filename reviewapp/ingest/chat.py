@@ -38,7 +38,9 @@ class FunctionCall(BaseModel):
         try:
             json.loads(arguments)
         except ValueError as error:
-            raise ValueError(f"must be a JSON-encoded string; it does not parse ({error})") from None
+            raise ValueError(
+                f"must be a JSON-encoded string; it does not parse ({error})"
+            ) from None
         return arguments
 
 

@@ -97,7 +97,9 @@ def _validated_checks(checks: list[dict], tools: list[dict]) -> list[dict]:
             try:
                 re.compile(value)
             except re.error as error:
-                raise FeedbackError(f"{where}.value: not a valid regular expression ({error})")
+                raise FeedbackError(
+                    f"{where}.value: not a valid regular expression ({error})"
+                ) from None
         elif kind == "max_words":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise FeedbackError(f"{where}.value: max_words needs a positive whole number")
@@ -106,7 +108,9 @@ def _validated_checks(checks: list[dict], tools: list[dict]) -> list[dict]:
                 raise FeedbackError(f"{where}.value: calls_tool needs a tool name")
             if tool_names and value not in tool_names:
                 known = ", ".join(sorted(tool_names))
-                raise FeedbackError(f"{where}.value: {value!r} is not a tool of this trace ({known})")
+                raise FeedbackError(
+                    f"{where}.value: {value!r} is not a tool of this trace ({known})"
+                )
     return [{"kind": check["kind"], "value": check["value"]} for check in checks]
 
 
@@ -186,4 +190,3 @@ def record_outcome(
     for name, value in changes.items():
         setattr(trace, name, value)
     return trace
-

@@ -1,4 +1,4 @@
-"""Storing traces: validated per item, idempotent on (project, external_id), one batch = few queries."""
+"""Storing traces: validated per item, idempotent on (project, external_id), few queries a batch."""
 
 import hashlib
 from dataclasses import dataclass, field
@@ -8,7 +8,13 @@ import orjson
 from django.conf import settings
 from django.db import transaction
 
-from reviewapp.ingest.chat import IngestError, TraceItem, parse_trace_item, preview_text, unknown_fields
+from reviewapp.ingest.chat import (
+    IngestError,
+    TraceItem,
+    parse_trace_item,
+    preview_text,
+    unknown_fields,
+)
 from reviewapp.models import Project, Tag, Trace, TraceSource, TraceTag
 
 
@@ -76,7 +82,7 @@ def _trace_row(*, project: Project, entry: _Accepted, source: str) -> Trace:
 def ingest_traces(
     *, project: Project, raw_items: list[Any], source: str = TraceSource.API
 ) -> list[ItemResult]:
-    """Validate and store a batch; one result per item, in order. Good items land beside bad ones."""
+    """Validate and store a batch; one result per item, in order. Good items land beside bad."""
     results: list[ItemResult | None] = [None] * len(raw_items)
     accepted: dict[str, _Accepted] = {}
     for position, raw in enumerate(raw_items):

@@ -85,8 +85,11 @@ def test_feedback_that_does_not_fit_the_trace_is_422_naming_the_field(api, store
 def test_a_corrected_tool_call_is_validated_against_the_tool_schema(api, stored):
     bad_call = {
         "tool_calls": [
-            {"id": "c", "type": "function",
-             "function": {"name": "calculator", "arguments": '{"expr": "1+1"}'}}
+            {
+                "id": "c",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expr": "1+1"}'},
+            }
         ]
     }
     response = api.post(FEEDBACK, {"text": "wrong arg name", "turn": 2, "correction": bad_call})
@@ -134,5 +137,9 @@ def test_a_bad_outcome_is_422_and_changes_nothing(api, stored, payload):
 
 def test_openapi_document_lists_the_contract(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
-    assert {"/api/v1/traces", "/api/v1/traces/{external_id}",
-            "/api/v1/traces/{external_id}/feedback", "/api/v1/traces/{external_id}/outcome"} <= set(paths)
+    assert {
+        "/api/v1/traces",
+        "/api/v1/traces/{external_id}",
+        "/api/v1/traces/{external_id}/feedback",
+        "/api/v1/traces/{external_id}/outcome",
+    } <= set(paths)

@@ -74,8 +74,13 @@ def test_get_returns_the_trace_exactly_as_sent(api):
 
 
 def test_tags_on_ingest_join_the_taxonomy_once(api, project):
-    api.post(URL, {"traces": [make_trace("a", tags=["slow", "loop"]), make_trace("b", tags=["slow"])]})
-    assert sorted(Tag.objects.filter(project=project).values_list("name", flat=True)) == ["loop", "slow"]
+    api.post(
+        URL, {"traces": [make_trace("a", tags=["slow", "loop"]), make_trace("b", tags=["slow"])]}
+    )
+    assert sorted(Tag.objects.filter(project=project).values_list("name", flat=True)) == [
+        "loop",
+        "slow",
+    ]
     assert TraceTag.objects.filter(trace__project=project).count() == 3
 
 

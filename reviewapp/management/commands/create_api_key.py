@@ -16,5 +16,7 @@ class Command(BaseCommand):
         if project is None:
             raise CommandError(f"no project {slug!r}; create it with create_project {slug}")
         key, secret = create_api_key(project=project, name=name)
-        self.stderr.write(f"key {key.prefix}… for {project.slug}; store it now, it is not shown again")
+        self.stderr.write(
+            f"key {key.prefix}… for {project.slug}; store it now, it is not shown again"
+        )
         self.stdout.write(secret)
