@@ -1,6 +1,7 @@
 """The Celery app. Queues: `default` (ingest post-processing, targets, evals), `gpu` (training)."""
 
 import os
+from pathlib import Path
 
 from celery import Celery
 
@@ -9,3 +10,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewapp.settings")
 app = Celery("apprentice")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["reviewapp", "training"])
+
+# The embedded file-system broker expects its folders to exist.
+for folder in (
+    app.conf.broker_transport_options.get("data_folder_in", ""),
+    app.conf.broker_transport_options.get("processed_folder", ""),
+):
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
