@@ -12,9 +12,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["reviewapp", "training"])
 
 # The embedded file-system broker expects its folders to exist.
-for folder in (
-    app.conf.broker_transport_options.get("data_folder_in", ""),
-    app.conf.broker_transport_options.get("processed_folder", ""),
-):
+for option in ("data_folder_in", "processed_folder", "control_folder"):
+    folder = app.conf.broker_transport_options.get(option)
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)

@@ -113,6 +113,13 @@ class Trace(models.Model):
             models.Index(fields=["project", "-id"], name="trace_project_newest"),
             # serves: the list filtered by source
             models.Index(fields=["project", "source", "-id"], name="trace_project_source"),
+            # serve: the dashboard's filters, newest first
+            models.Index(fields=["project", "termination", "-id"], name="trace_termination"),
+            models.Index(fields=["project", "model", "-id"], name="trace_model"),
+            models.Index(fields=["project", "adapter_version", "-id"], name="trace_adapter"),
+            models.Index(fields=["project", "received_at"], name="trace_received"),
+            # serves: the "most messages" sort
+            models.Index(fields=["project", "-message_count", "-id"], name="trace_longest"),
         ]
 
     def __str__(self) -> str:
@@ -164,6 +171,8 @@ class TraceTag(models.Model):
                 name="tracetag_once_per_machine",
             ),
         ]
+        # serves: the list filtered by tag (EXISTS on tag, trace)
+        indexes = [models.Index(fields=["tag", "trace"], name="tracetag_by_tag")]
 
     def __str__(self) -> str:
         return f"{self.tag_id} on {self.trace_id}"
@@ -206,3 +215,100 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"feedback on {self.trace_id} turn {self.turn}"
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin"  # manages keys, taxonomy, queues and members
+    REVIEWER = "reviewer"  # tags, writes feedback, works queues
+    VIEWER = "viewer"  # reads
+
+
+class Membership(models.Model):
+    """A person's role in one project; every dashboard view is scoped through it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.REVIEWER)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.project}"
+
+    @property
+    def can_review(self) -> bool:
+        return self.role in (Role.ADMIN, Role.REVIEWER)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.ADMIN
+
+
+class Queue(models.Model):
+    """Traces picked by a filter for reviewers to work through together."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="queues")
+    name = models.CharField(max_length=200)
+    # The trace-list query string the queue was built from, so it can be read and rebuilt.
+    filter_query = models.CharField(max_length=2000, blank=True)
+    reviewers_per_item = models.PositiveSmallIntegerField(default=1)
+    # Blind: a reviewer sees nobody else's tags or feedback on an item until they finish it.
+    blind = models.BooleanField(default=False)
+    assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueItem(models.Model):
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="queue_items")
+    position = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "trace"], name="queueitem_once"),
+        ]
+        # serves: "next item for me" walks a queue in order
+        indexes = [models.Index(fields=["queue", "position"], name="queueitem_order")]
+
+    def __str__(self) -> str:
+        return f"{self.queue_id}#{self.position}"
+
+
+class ReviewStatus(models.TextChoices):
+    RESERVED = "reserved"
+    DONE = "done"
+    SKIPPED = "skipped"
+
+
+class QueueReview(models.Model):
+    """One reviewer's claim on, and then work on, one queue item."""
+
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="queue_reviews"
+    )
+    status = models.CharField(
+        max_length=16, choices=ReviewStatus.choices, default=ReviewStatus.RESERVED
+    )
+    # A reservation nobody finishes expires, so an item is never stuck with an absent reviewer.
+    reserved_until = models.DateTimeField()
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reviewer"], name="queuereview_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} {self.status} {self.item}"

@@ -1,12 +1,50 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import RedirectView
 
 from reviewapp.api.app import api
+from reviewapp.views import projects, queues, traces
+
+project = "p/<slug:slug>/"
 
 urlpatterns = [
-    # The review dashboard will live at the root; until then, the admin.
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("", traces.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(f"{project}traces/", traces.trace_list, name="trace_list"),
+    path(f"{project}traces/<int:trace_id>/", traces.trace_detail, name="trace_detail"),
+    path(
+        f"{project}traces/<int:trace_id>/tags/<int:tag_id>/",
+        traces.trace_toggle_tag,
+        name="trace_toggle_tag",
+    ),
+    path(
+        f"{project}traces/<int:trace_id>/feedback/",
+        traces.trace_add_feedback,
+        name="trace_add_feedback",
+    ),
+    path(
+        f"{project}traces/<int:trace_id>/feedback/<int:feedback_id>/delete/",
+        traces.feedback_delete,
+        name="feedback_delete",
+    ),
+    path(f"{project}tags/", projects.tag_list, name="tag_list"),
+    path(f"{project}keys/", projects.api_keys, name="api_keys"),
+    path(f"{project}keys/<int:key_id>/revoke/", projects.api_key_revoke, name="api_key_revoke"),
+    path(f"{project}queues/", queues.queue_list, name="queue_list"),
+    path(f"{project}queues/new/", queues.queue_create, name="queue_create"),
+    path(f"{project}queues/<int:queue_id>/", queues.queue_detail, name="queue_detail"),
+    path(f"{project}queues/<int:queue_id>/next/", queues.queue_next, name="queue_next"),
+    path(
+        f"{project}queues/<int:queue_id>/items/<int:item_id>/done/",
+        queues.queue_item_done,
+        name="queue_item_done",
+    ),
+    path(
+        f"{project}queues/<int:queue_id>/agreement/",
+        queues.queue_agreement,
+        name="queue_agreement",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
 ]

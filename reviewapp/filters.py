@@ -1,0 +1,123 @@
+"""The trace list's filters: one form, used by the list page and by queue building."""
+
+from datetime import datetime, time
+
+from django import forms
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from reviewapp.models import Feedback, Project, Tag, Termination, Trace, TraceTag
+
+SORTS = {
+    # name: (label, column, descending)
+    "newest": ("Newest first", "id", True),
+    "oldest": ("Oldest first", "id", False),
+    "longest": ("Most messages", "message_count", True),
+    "most_tools": ("Most tool calls", "tool_call_count", True),
+}
+
+
+class TraceFilterForm(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Text")
+    tag = forms.ModelMultipleChoiceField(
+        queryset=Tag.objects.none(), required=False, to_field_name="name"
+    )
+    termination = forms.MultipleChoiceField(choices=Termination.choices, required=False)
+    model = forms.CharField(required=False, max_length=200)
+    adapter = forms.CharField(required=False, max_length=200, label="Adapter version")
+    outcome = forms.ChoiceField(
+        choices=[("", "any"), ("success", "success"), ("failure", "failure"), ("none", "none")],
+        required=False,
+    )
+    feedback = forms.ChoiceField(
+        choices=[("", "any"), ("yes", "has feedback"), ("no", "no feedback")], required=False
+    )
+    review = forms.ChoiceField(
+        choices=[("", "any"), ("reviewed", "reviewed"), ("unreviewed", "not reviewed")],
+        required=False,
+    )
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    sort = forms.ChoiceField(
+        choices=[(name, label) for name, (label, _, _) in SORTS.items()], required=False
+    )
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tag"].queryset = Tag.objects.filter(project=project).order_by("name")
+
+
+def _day_start(day) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
+
+
+def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
+    """Traces of a project matching cleaned TraceFilterForm data, in the chosen order."""
+    traces = Trace.objects.filter(project=project)
+    if filters.get("q"):
+        text = filters["q"]
+        traces = traces.filter(
+            Q(external_id__icontains=text) | Q(preview__icontains=text) | Q(model__icontains=text)
+        )
+    for tag in filters.get("tag") or ():  # all chosen tags, not any
+        traces = traces.filter(Exists(TraceTag.objects.filter(trace=OuterRef("pk"), tag=tag)))
+    if filters.get("termination"):
+        traces = traces.filter(termination__in=filters["termination"])
+    if filters.get("model"):
+        traces = traces.filter(model=filters["model"])
+    if filters.get("adapter"):
+        traces = traces.filter(adapter_version=filters["adapter"])
+    outcome = filters.get("outcome")
+    if outcome == "success":
+        traces = traces.filter(success=True)
+    elif outcome == "failure":
+        traces = traces.filter(success=False)
+    elif outcome == "none":
+        traces = traces.filter(success__isnull=True)
+    has_feedback = Exists(Feedback.objects.filter(trace=OuterRef("pk")))
+    if filters.get("feedback") == "yes":
+        traces = traces.filter(has_feedback)
+    elif filters.get("feedback") == "no":
+        traces = traces.exclude(has_feedback)
+    reviewed = has_feedback | Exists(
+        TraceTag.objects.filter(trace=OuterRef("pk"), reviewer__isnull=False)
+    )
+    if filters.get("review") == "reviewed":
+        traces = traces.filter(reviewed)
+    elif filters.get("review") == "unreviewed":
+        traces = traces.exclude(reviewed)
+    if filters.get("since"):
+        traces = traces.filter(received_at__gte=_day_start(filters["since"]))
+    if filters.get("until"):
+        traces = traces.filter(
+            received_at__lt=_day_start(filters["until"]) + timezone.timedelta(days=1)
+        )
+    _, column, descending = SORTS[filters.get("sort") or "newest"]
+    if column == "id":
+        return traces.order_by("-id" if descending else "id")
+    return traces.order_by(f"-{column}" if descending else column, "-id")
+
+
+def after_cursor(traces: QuerySet[Trace], sort: str, cursor: str) -> QuerySet[Trace]:
+    """Keyset pagination: rows after the last one shown; `cursor` is '<value>.<id>' or '<id>'."""
+    _, column, descending = SORTS[sort or "newest"]
+    try:
+        if column == "id":
+            last_id = int(cursor)
+            return traces.filter(id__lt=last_id) if descending else traces.filter(id__gt=last_id)
+        value_text, id_text = cursor.split(".", 1)
+        value, last_id = int(value_text), int(id_text)
+    except ValueError:
+        return traces.none()
+    if descending:
+        return traces.filter(
+            Q(**{f"{column}__lt": value}) | Q(**{column: value, "id__lt": last_id})
+        )
+    return traces.filter(Q(**{f"{column}__gt": value}) | Q(**{column: value, "id__lt": last_id}))
+
+
+def cursor_for(trace: Trace, sort: str) -> str:
+    _, column, _ = SORTS[sort or "newest"]
+    if column == "id":
+        return str(trace.id)
+    return f"{getattr(trace, column)}.{trace.id}"

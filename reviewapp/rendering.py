@@ -1,0 +1,147 @@
+"""Turning stored traces into what a reviewer reads. All trace text is untrusted.
+
+Markdown is rendered with raw HTML disabled and then sanitised by nh3 with a small allowlist,
+so nothing from a trace becomes a script, an event handler, an htmx attribute or a URL
+other than http(s)/mailto.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import nh3
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+
+_markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
+
+ALLOWED_TAGS = {
+    "p", "br", "strong", "em", "code", "pre", "blockquote", "ul", "ol", "li",
+    "h1", "h2", "h3", "h4", "h5", "h6", "hr", "a", "table", "thead", "tbody", "tr", "th", "td",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {"a": {"href", "title"}}
+
+TOOL_ERROR_PATTERN = re.compile(
+    r"^\s*(error|exception|traceback)\b|timed out|timeout|\"error\"\s*:", re.IGNORECASE
+)
+
+
+def render_markdown(text: str) -> SafeString:
+    html = _markdown.render(text)
+    clean = nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+    )
+    return mark_safe(clean)
+
+
+def content_text(content: Any) -> str:
+    """Message content as plain text: strings as is, content parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, dict):
+                texts.append(f"[{part.get('type', 'part')}]")
+        return "\n".join(texts)
+    return json.dumps(content)
+
+
+def pretty_json(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return text
+
+
+def looks_like_tool_error(text: str) -> bool:
+    return bool(TOOL_ERROR_PATTERN.search(text[:500]))
+
+
+@dataclass
+class ToolCallView:
+    id: str
+    name: str
+    arguments: str
+    result: str | None = None
+    result_index: int | None = None
+    is_error: bool = False
+
+
+@dataclass
+class TurnView:
+    index: int
+    role: str
+    text: str
+    html: SafeString | None = None
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+    # A tool message shown beside its call is not shown again on its own.
+    shown_with_call: bool = False
+    is_error: bool = False
+    name: str = ""
+
+
+@dataclass
+class ToolDefinitionView:
+    name: str
+    description: str
+    parameters: str
+    called: bool
+
+
+def conversation(messages: list[dict]) -> list[TurnView]:
+    """Messages as turns, each tool call paired with its result."""
+    turns: list[TurnView] = []
+    calls_by_id: dict[str, ToolCallView] = {}
+    for index, message in enumerate(messages):
+        role = message.get("role", "")
+        text = content_text(message.get("content"))
+        turn = TurnView(index=index, role=role, text=text, name=message.get("name") or "")
+        if role == "assistant":
+            turn.html = render_markdown(text) if text else None
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") or {}
+                view = ToolCallView(
+                    id=call.get("id", ""),
+                    name=function.get("name", ""),
+                    arguments=pretty_json(function.get("arguments", "")),
+                )
+                calls_by_id[view.id] = view
+                turn.tool_calls.append(view)
+        elif role == "tool":
+            call = calls_by_id.get(message.get("tool_call_id", ""))
+            turn.is_error = looks_like_tool_error(text)
+            if call is not None and call.result is None:
+                call.result, call.result_index, call.is_error = text, index, turn.is_error
+                turn.shown_with_call = True
+        turns.append(turn)
+    return turns
+
+
+def tool_definitions(tools: list[dict], messages: list[dict]) -> list[ToolDefinitionView]:
+    called = {
+        (call.get("function") or {}).get("name")
+        for message in messages
+        for call in message.get("tool_calls") or ()
+    }
+    views = []
+    for tool in tools:
+        function = tool.get("function") or {}
+        views.append(
+            ToolDefinitionView(
+                name=function.get("name", ""),
+                description=function.get("description") or "",
+                parameters=json.dumps(function.get("parameters") or {}, indent=2),
+                called=function.get("name") in called,
+            )
+        )
+    return views

@@ -1,0 +1,180 @@
+"""The trace list and the trace page, with the reviewer's actions on it."""
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from reviewapp.filters import TraceFilterForm, after_cursor, cursor_for, filtered_traces
+from reviewapp.forms import FeedbackForm
+from reviewapp.models import Feedback, Tag, TraceTag
+from reviewapp.rendering import conversation, tool_definitions
+from reviewapp.services.feedback import FeedbackError, record_feedback
+from reviewapp.services.review import toggle_tag
+from reviewapp.views.access import (
+    get_membership_for_user,
+    get_reviewer_membership_for_user,
+    get_trace_for_membership,
+    projects_for_user,
+)
+
+PAGE_SIZE = 50
+# The first messages render with the page; the rest arrive in chunks as the reader scrolls.
+MESSAGES_PER_CHUNK = 200
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    projects = projects_for_user(request.user)
+    if len(projects) == 1:
+        return redirect("trace_list", slug=projects[0].slug)
+    return render(request, "projects/index.html", {"projects": projects})
+
+
+@require_GET
+@login_required
+def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    form = TraceFilterForm(request.GET or None, project=membership.project)
+    filters = form.cleaned_data if form.is_valid() else {}
+    sort = filters.get("sort") or "newest"
+    traces = filtered_traces(membership.project, filters)
+    if request.GET.get("cursor"):
+        traces = after_cursor(traces, sort, request.GET["cursor"])
+    page = list(
+        traces.defer("body", "metadata")
+        .annotate(feedback_count=Count("feedback"))
+        .prefetch_related(Prefetch("trace_tags", TraceTag.objects.select_related("tag")))[
+            : PAGE_SIZE + 1
+        ]
+    )
+    next_query = None
+    if len(page) > PAGE_SIZE:
+        page = page[:PAGE_SIZE]
+        query = request.GET.copy()
+        query["cursor"] = cursor_for(page[-1], sort)
+        next_query = query.urlencode()
+    context = {
+        "membership": membership,
+        "project": membership.project,
+        "projects": projects_for_user(request.user),
+        "form": form,
+        "traces": page,
+        "next_query": next_query,
+        "filter_query": _without_cursor(request),
+    }
+    if request.htmx and request.htmx.target == "more-row":
+        return render(request, "traces/list.html#trace-rows", context)
+    if request.htmx:
+        return render(request, "traces/list.html#trace-results", context)
+    return render(request, "traces/list.html", context)
+
+
+def _without_cursor(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    return query.urlencode()
+
+
+def _review_context(request: HttpRequest, membership, trace) -> dict:
+    my_tag_ids = set(
+        TraceTag.objects.filter(trace=trace, reviewer=request.user).values_list("tag_id", flat=True)
+    )
+    all_tags = list(
+        TraceTag.objects.filter(trace=trace).select_related("tag", "reviewer").order_by("tag__name")
+    )
+    return {
+        "membership": membership,
+        "project": membership.project,
+        "trace": trace,
+        "tags": list(Tag.objects.filter(project=membership.project).order_by("name")[: 9 * 4]),
+        "my_tag_ids": my_tag_ids,
+        "all_trace_tags": all_tags,
+        "feedback_list": list(trace.feedback.select_related("reviewer").order_by("id")),
+    }
+
+
+@require_GET
+@login_required
+def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    body = trace.body_json()
+    messages = body["messages"]
+    start = max(int(request.GET.get("start", 0) or 0), 0)
+    turns = conversation(messages)
+    chunk = turns[start : start + MESSAGES_PER_CHUNK]
+    more_from = start + MESSAGES_PER_CHUNK if start + MESSAGES_PER_CHUNK < len(turns) else None
+    context = {
+        **_review_context(request, membership, trace),
+        "projects": projects_for_user(request.user),
+        "turns": chunk,
+        "more_from": more_from,
+        "tools": tool_definitions(body["tools"], messages),
+        "feedback_form": FeedbackForm(turns=turns),
+        "next_item_url": request.GET.get("next") or "",
+    }
+    if request.htmx and start:
+        return render(request, "traces/detail.html#turn-chunk", context)
+    return render(request, "traces/detail.html", context)
+
+
+@require_POST
+@login_required
+def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    tag = Tag.objects.filter(project=membership.project, pk=tag_id).first()
+    if tag is None:
+        return HttpResponse("no such tag", status=404)
+    toggle_tag(trace=trace, tag=tag, reviewer=request.user)
+    if request.htmx:
+        return render(
+            request, "traces/detail.html#review-tags", _review_context(request, membership, trace)
+        )
+    return redirect("trace_detail", slug=slug, trace_id=trace.pk)
+
+
+@require_POST
+@login_required
+def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    body = trace.body_json()
+    form = FeedbackForm(request.POST, turns=conversation(body["messages"]))
+    if form.is_valid():
+        try:
+            record_feedback(
+                trace=trace,
+                reviewer=request.user,
+                author=request.user.get_username(),
+                **form.feedback_kwargs(),
+            )
+        except FeedbackError as error:
+            form.add_error(None, str(error))
+    context = {**_review_context(request, membership, trace), "feedback_form": form}
+    if form.errors:
+        return render(request, "traces/detail.html#feedback-panel", context, status=422)
+    context["feedback_form"] = FeedbackForm(turns=conversation(body["messages"]))
+    if request.htmx:
+        return render(request, "traces/detail.html#feedback-panel", context)
+    return redirect(reverse("trace_detail", args=[slug, trace.pk]) + "#feedback-panel")
+
+
+@require_POST
+@login_required
+def feedback_delete(
+    request: HttpRequest, slug: str, trace_id: int, feedback_id: int
+) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).delete()
+    context = {
+        **_review_context(request, membership, trace),
+        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
+    }
+    if request.htmx:
+        return render(request, "traces/detail.html#feedback-panel", context)
+    return redirect("trace_detail", slug=slug, trace_id=trace.pk)
