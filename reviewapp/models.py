@@ -20,6 +20,8 @@ class Project(models.Model):
     served_model = models.CharField(max_length=200, default="SmolLM2-135M-Instruct")
     # The OpenAI-compatible server the gateway forwards to; blank: the configured default.
     upstream_url = models.URLField(max_length=500, blank=True)
+    # The name the upstream serves the base model under; blank: the same as served_model.
+    upstream_model = models.CharField(max_length=200, blank=True)
     # Training policy and other per-project knobs, validated where they are used.
     settings = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -102,6 +104,9 @@ class Trace(models.Model):
     body = models.BinaryField()
     # sha256 of the canonical item as received: tells an unchanged replay from a conflict.
     content_hash = models.CharField(max_length=64)
+    # Gateway traces: hash of the conversation so far, so a call extending it joins this trace.
+    tail_hash = models.CharField(max_length=64, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [
@@ -120,6 +125,12 @@ class Trace(models.Model):
             models.Index(fields=["project", "received_at"], name="trace_received"),
             # serves: the "most messages" sort
             models.Index(fields=["project", "-message_count", "-id"], name="trace_longest"),
+            # serves: the gateway's prefix merging (which recent trace does this call extend?)
+            models.Index(
+                fields=["project", "tail_hash"],
+                name="trace_tail",
+                condition=~Q(tail_hash=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -312,3 +323,69 @@ class QueueReview(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer} {self.status} {self.item}"
+
+
+class ModelRoute(models.Model):
+    """Where the gateway sends a project's served model name: the base or an adapter version."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="route")
+    # Upstream model names; blank means the base model.
+    primary = models.CharField(max_length=200, blank=True)
+    canary = models.CharField(max_length=200, blank=True)
+    canary_share = models.PositiveSmallIntegerField(default=0)  # percent of calls to `canary`
+    previous_primary = models.CharField(max_length=200, blank=True)  # what rollback restores
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}: {self.primary or 'base'} + {self.canary_share}% {self.canary}"
+
+
+class CallTermination(models.TextChoices):
+    COMPLETED = "completed"
+    ERROR = "error"  # the upstream answered with an error or could not be reached
+    TIMEOUT = "timeout"  # the upstream did not answer in time
+    CLIENT_DISCONNECTED = "client_disconnected"
+
+
+class ModelCall(models.Model):
+    """One completion call that passed through the gateway, as the upstream saw it."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="calls")
+    trace = models.ForeignKey(
+        Trace, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
+    )
+    # Index in the trace's messages of the assistant turn this call produced.
+    turn_index = models.IntegerField(null=True, blank=True)
+    requested_model = models.CharField(max_length=200)
+    upstream_model = models.CharField(max_length=200)  # after routing: base or adapter name
+    adapter_version = models.CharField(max_length=200, blank=True)
+    upstream_url = models.CharField(max_length=500)
+    stream = models.BooleanField(default=False)
+    # zlib-compressed JSON; the request never holds a credential (headers are not stored).
+    request = models.BinaryField()
+    response = models.BinaryField(null=True, blank=True)
+    status_code = models.IntegerField(null=True, blank=True)
+    termination = models.CharField(max_length=32, choices=CallTermination.choices)
+    error = models.TextField(blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    started_at = models.DateTimeField()
+    latency_ms = models.FloatField()
+    time_to_first_token_ms = models.FloatField(null=True, blank=True)
+    prompt_tokens = models.IntegerField(null=True, blank=True)
+    completion_tokens = models.IntegerField(null=True, blank=True)
+    has_token_ids = models.BooleanField(default=False)
+    has_logprobs = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "-started_at"], name="call_project_recent")]
+
+    def __str__(self) -> str:
+        return f"call {self.pk} to {self.upstream_model}"
+
+    @staticmethod
+    def pack(value) -> bytes:
+        return zlib.compress(orjson.dumps(value), 1)
+
+    @staticmethod
+    def unpack(blob) -> object:
+        return orjson.loads(zlib.decompress(bytes(blob))) if blob else None

@@ -148,6 +148,15 @@ INGEST_MAX_NESTING_DEPTH = env.int("INGEST_MAX_NESTING_DEPTH", default=32)
 # Django's own cap would answer 400 before ours could answer 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BODY_BYTES
 
+# The model server(s) the gateway forwards to when a project names none of its own. bin/run
+# starts vLLM's CPU build here unless VLLM_URL points at a running server.
+VLLM_URL = env.str("VLLM_URL", default="http://127.0.0.1:8100/v1")
+VLLM_API_KEY = env.str("VLLM_API_KEY", default="")  # sent upstream; never the harness's key
+GATEWAY_CONNECT_TIMEOUT = env.float("GATEWAY_CONNECT_TIMEOUT", default=5.0)
+GATEWAY_READ_TIMEOUT = env.float("GATEWAY_READ_TIMEOUT", default=300.0)
+# A call whose messages extend a gateway trace this recent joins it (prefix merging).
+GATEWAY_MERGE_WINDOW_SECONDS = env.int("GATEWAY_MERGE_WINDOW_SECONDS", default=3600)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

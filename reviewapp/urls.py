@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from reviewapp.api.app import api
+from reviewapp.gateway import views as gateway
 from reviewapp.views import projects, queues, traces
 
 project = "p/<slug:slug>/"
@@ -47,4 +48,7 @@ urlpatterns = [
     ),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    # The recording gateway: OpenAI-compatible, so a harness only changes its base URL.
+    path("v1/chat/completions", gateway.chat_completions, name="gateway_chat"),
+    path("v1/models", gateway.list_models, name="gateway_models"),
 ]

@@ -1,0 +1,1 @@
+"""The recording gateway: an OpenAI-compatible endpoint that forwards to vLLM and records."""

@@ -1,0 +1,96 @@
+"""Recording off the request path: the harness has its answer before anything is written.
+
+Calls go onto an in-process queue; one thread per process writes them. A slow or briefly
+unavailable database delays recording, never the harness. A process killed with calls still
+queued loses those records (the harness got its answers); see docs/reliability.md.
+"""
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
+
+logger = logging.getLogger(__name__)
+
+MAX_QUEUED_CALLS = 10_000
+WRITE_ATTEMPTS = 5
+
+
+@dataclass
+class RecordedCall:
+    project_id: int
+    trace_id_header: str  # X-Trace-Id as sent, "" when absent
+    requested_model: str
+    upstream_model: str
+    adapter_version: str
+    upstream_url: str
+    stream: bool
+    request: dict  # the JSON body only: headers (and so credentials) are never kept
+    response: dict | None
+    status_code: int | None
+    termination: str
+    error: str
+    started_at: datetime
+    latency_ms: float
+    time_to_first_token_ms: float | None
+
+
+class CallRecorder:
+    def __init__(self) -> None:
+        self._queue: queue.Queue[RecordedCall] = queue.Queue(maxsize=MAX_QUEUED_CALLS)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.dropped = 0
+
+    def submit(self, call: RecordedCall) -> None:
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait(call)
+        except queue.Full:
+            self.dropped += 1
+            logger.error("recording queue full; dropped a call record (%d so far)", self.dropped)
+
+    def wait_until_idle(self, timeout: float = 10.0) -> bool:
+        """Block until every submitted call is written (tests and shutdown use this)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self._queue.unfinished_tasks
+
+    def _ensure_thread(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="gateway-recorder", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        from reviewapp.services import calls  # late: the services import the ORM
+
+        while True:
+            call = self._queue.get()
+            try:
+                for attempt in range(1, WRITE_ATTEMPTS + 1):
+                    try:
+                        close_old_connections()
+                        calls.record_model_call(call)
+                        break
+                    except (OperationalError, InterfaceError):  # the database is away: wait
+                        logger.warning("recording a call failed (attempt %d)", attempt)
+                        connection.close()
+                        time.sleep(min(2**attempt * 0.1, 5))
+                    except Exception:  # not transient (the project was deleted, say)
+                        logger.exception("recording a call failed; dropping it")
+                        break
+            finally:
+                if self._queue.empty():
+                    connection.close()  # idle: hold no database connection
+                self._queue.task_done()
+
+
+recorder = CallRecorder()

