@@ -151,6 +151,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BODY_BYTES
 # The model server(s) the gateway forwards to when a project names none of its own. bin/run
 # starts vLLM's CPU build here unless VLLM_URL points at a running server.
 VLLM_URL = env.str("VLLM_URL", default="http://127.0.0.1:8100/v1")
+# Where `serve_model` keeps vLLM's own virtualenv and the converted base model.
+VLLM_VENV = Path(env.str("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
+MODEL_CACHE_DIR = Path(env.str("MODEL_CACHE_DIR", default=str(VAR_DIR / "models")))
+BASE_MODEL = env.str("BASE_MODEL", default="SmolLM2-135M-Instruct")
 VLLM_API_KEY = env.str("VLLM_API_KEY", default="")  # sent upstream; never the harness's key
 GATEWAY_CONNECT_TIMEOUT = env.float("GATEWAY_CONNECT_TIMEOUT", default=5.0)
 GATEWAY_READ_TIMEOUT = env.float("GATEWAY_READ_TIMEOUT", default=300.0)

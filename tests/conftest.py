@@ -70,3 +70,53 @@ def mallory(other_project):
     user = make_user("mallory")
     Membership.objects.create(project=other_project, user=user, role="admin")
     return user
+
+
+@pytest.fixture(scope="session")
+def vllm_url(tmp_path_factory):
+    """A real vLLM CPU server with the bundled model. Reuses APPRENTICE_TEST_VLLM_URL when set;
+    otherwise installs vLLM into its venv once (minutes) and starts it on a free port."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from tests.fake_upstream import free_port
+    from training.base_models import resolve_base_model
+    from training.vllm_server import (
+        ensure_vllm_venv,
+        vllm_command,
+        vllm_environment,
+        wait_until_ready,
+    )
+
+    if os.environ.get("APPRENTICE_TEST_VLLM_URL"):
+        yield os.environ["APPRENTICE_TEST_VLLM_URL"].rstrip("/")
+        return
+    python = ensure_vllm_venv(settings.VLLM_VENV)
+    model_dir = resolve_base_model(settings.BASE_MODEL, Path(settings.MODEL_CACHE_DIR))
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with open(log, "w") as log_file:
+        process = subprocess.Popen(
+            vllm_command(
+                python, model_dir=model_dir.resolve(), served_name=settings.BASE_MODEL, port=port
+            ),
+            env=vllm_environment(),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_until_ready(url, timeout=900, process=process)
+    except Exception:
+        process.kill()
+        raise RuntimeError("vLLM did not start; its log:\n" + log.read_text()[-4000:]) from None
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()

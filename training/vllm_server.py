@@ -57,6 +57,10 @@ def vllm_command(
         "--max-lora-rank", str(max_lora_rank),
         "--max-model-len", str(max_model_len),
         "--dtype", dtype,
+        # Tool calls: "required" and named tool_choice decode JSON under a grammar, which
+        # vLLM only enables with a parser set; hermes also reads <tool_call> tags in "auto".
+        "--enable-auto-tool-choice",
+        "--tool-call-parser", "hermes",
         "--host", host,
         "--port", str(port),
     ]  # fmt: skip
