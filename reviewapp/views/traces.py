@@ -12,6 +12,7 @@ from reviewapp.forms import FeedbackForm
 from reviewapp.models import Feedback, Tag, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
 from reviewapp.services.feedback import FeedbackError, record_feedback
+from reviewapp.services.queues import blinds_reviewer
 from reviewapp.services.review import toggle_tag
 from reviewapp.views.access import (
     get_membership_for_user,
@@ -19,6 +20,7 @@ from reviewapp.views.access import (
     get_trace_for_membership,
     projects_for_user,
 )
+from reviewapp.views.queues import queue_context
 
 PAGE_SIZE = 50
 # The first messages render with the page; the rest arrive in chunks as the reader scrolls.
@@ -93,6 +95,8 @@ def _review_context(request: HttpRequest, membership, trace) -> dict:
         "my_tag_ids": my_tag_ids,
         "all_trace_tags": all_tags,
         "feedback_list": list(trace.feedback.select_related("reviewer").order_by("id")),
+        # Blind queues: nobody else's work shows until this reviewer has finished the item.
+        "hide_others": blinds_reviewer(trace=trace, reviewer=request.user),
     }
 
 
@@ -115,6 +119,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
         "tools": tool_definitions(body["tools"], messages),
         "feedback_form": FeedbackForm(turns=turns),
         "next_item_url": request.GET.get("next") or "",
+        **queue_context(request, membership, trace),  # opened from a queue: ?queue=&item=
     }
     if request.htmx and start:
         return render(request, "traces/detail.html#turn-chunk", context)

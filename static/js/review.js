@@ -51,7 +51,8 @@
       if (focused && focused.dataset.role === "assistant") anchor = "turn:" + focused.dataset.turn;
       pinFeedback(anchor);
     } else if (key === "n") {
-      const next = document.getElementById("next-item");
+      // In a queue: finish this item and go on; after finishing: just go on.
+      const next = document.getElementById("done-next") || document.getElementById("next-item");
       if (next) next.click();
     } else if (key === "?") {
       const map = document.getElementById("keymap");
