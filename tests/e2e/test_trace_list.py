@@ -1,0 +1,62 @@
+import pytest
+from playwright.sync_api import Page, expect
+
+from reviewapp.services.ingest import ingest_traces
+from tests.factories import make_trace
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def traces(project):
+    items = [make_trace(f"t-{i}") for i in range(4)]
+    items[1]["messages"][1]["content"] = "Book a flight to Oslo"
+    items[2]["termination"] = "timeout"
+    items[3]["termination"] = "timeout"
+    items[3]["messages"][1]["content"] = "Find a hotel in Oslo"
+    ingest_traces(project=project, raw_items=items)
+
+
+def listed_ids(page: Page):
+    return page.locator("#trace-rows td:first-child a")
+
+
+def mark_document(page: Page) -> None:
+    """A flag that a full page load would wipe out."""
+    page.evaluate("window.__sameDocument = true")
+
+
+def still_same_document(page: Page) -> bool:
+    return page.evaluate("window.__sameDocument === true")
+
+
+def test_typing_in_the_text_filter_narrows_the_list_in_place_and_in_the_url(bob_page, traces):
+    page = bob_page
+    page.goto("/p/acme/traces/")
+    expect(listed_ids(page)).to_have_text(["t-3", "t-2", "t-1", "t-0"])
+    mark_document(page)
+
+    page.locator("#id_q").press_sequentially("oslo")
+
+    expect(listed_ids(page)).to_have_text(["t-3", "t-1"])
+    page.wait_for_url("**/p/acme/traces/?*q=oslo*")
+    assert still_same_document(page)
+    page.reload()
+    expect(listed_ids(page)).to_have_text(["t-3", "t-1"])
+    expect(page.locator("#id_q")).to_have_value("oslo")
+
+
+def test_choosing_a_termination_narrows_the_list_in_place_and_in_the_url(bob_page, traces):
+    page = bob_page
+    page.goto("/p/acme/traces/")
+    expect(listed_ids(page)).to_have_count(4)
+    mark_document(page)
+
+    page.locator("#id_termination").select_option("timeout")
+
+    expect(listed_ids(page)).to_have_text(["t-3", "t-2"])
+    page.wait_for_url("**/p/acme/traces/?*termination=timeout*")
+    assert still_same_document(page)
+    page.reload()
+    expect(listed_ids(page)).to_have_text(["t-3", "t-2"])
+    expect(page.locator("#id_termination")).to_have_values(["timeout"])
