@@ -56,9 +56,8 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
     traces = Trace.objects.filter(project=project)
     if filters.get("q"):
         text = filters["q"]
-        traces = traces.filter(
-            Q(external_id__icontains=text) | Q(preview__icontains=text) | Q(model__icontains=text)
-        )
+        # Served by trigram indexes on PostgreSQL (migration 0005).
+        traces = traces.filter(Q(external_id__icontains=text) | Q(preview__icontains=text))
     for tag in filters.get("tag") or ():  # all chosen tags, not any
         traces = traces.filter(Exists(TraceTag.objects.filter(trace=OuterRef("pk"), tag=tag)))
     if filters.get("termination"):

@@ -39,6 +39,11 @@ class FeedbackForm(forms.Form):
                 choices.append((f"call:{call.id}", f"tool call {call.name} ({call.id})"))
         self.fields["anchor"].choices = choices
 
+    def extra_fields(self):
+        """The fields folded under "Correction and checks"."""
+        folded = ("anchor", "text", "rating")
+        return [field for field in self if field.name not in folded]
+
     def clean(self):
         data = super().clean()
         if data.get("correction_arguments") and not data.get("correction_tool"):

@@ -8,6 +8,7 @@ other than http(s)/mailto.
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import nh3
@@ -82,12 +83,16 @@ class TurnView:
     index: int
     role: str
     text: str
-    html: SafeString | None = None
     tool_calls: list[ToolCallView] = field(default_factory=list)
     # A tool message shown beside its call is not shown again on its own.
     shown_with_call: bool = False
     is_error: bool = False
     name: str = ""
+
+    @cached_property
+    def html(self) -> SafeString | None:
+        """Assistant markdown, rendered only for the turns a page actually shows."""
+        return render_markdown(self.text) if self.role == "assistant" and self.text else None
 
 
 @dataclass
@@ -107,7 +112,6 @@ def conversation(messages: list[dict]) -> list[TurnView]:
         text = content_text(message.get("content"))
         turn = TurnView(index=index, role=role, text=text, name=message.get("name") or "")
         if role == "assistant":
-            turn.html = render_markdown(text) if text else None
             for call in message.get("tool_calls") or ():
                 function = call.get("function") or {}
                 view = ToolCallView(

@@ -128,9 +128,7 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
         traces = traces.filter(source=filters.source)
     if filters.q:
         traces = traces.filter(
-            Q(external_id__icontains=filters.q)
-            | Q(preview__icontains=filters.q)
-            | Q(model__icontains=filters.q)
+            Q(external_id__icontains=filters.q) | Q(preview__icontains=filters.q)
         )
     if filters.cursor:
         traces = traces.filter(id__lt=_decode_cursor(filters.cursor))

@@ -1,5 +1,7 @@
 """The trace list and the trace page, with the reviewer's actions on it."""
 
+import json
+
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse
@@ -117,6 +119,12 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
         "turns": chunk,
         "more_from": more_from,
         "tools": tool_definitions(body["tools"], messages),
+        "metadata_json": json.dumps(trace.metadata, indent=2, ensure_ascii=False),
+        "duration_s": (
+            (trace.ended_at - trace.started_at).total_seconds()
+            if trace.started_at and trace.ended_at
+            else None
+        ),
         "feedback_form": FeedbackForm(turns=turns),
         "next_item_url": request.GET.get("next") or "",
         **queue_context(request, membership, trace),  # opened from a queue: ?queue=&item=
