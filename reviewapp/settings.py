@@ -155,6 +155,8 @@ VLLM_URL = env.str("VLLM_URL", default="http://127.0.0.1:8100/v1")
 VLLM_VENV = Path(env.str("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
 MODEL_CACHE_DIR = Path(env.str("MODEL_CACHE_DIR", default=str(VAR_DIR / "models")))
 BASE_MODEL = env.str("BASE_MODEL", default="SmolLM2-135M-Instruct")
+# Trained adapters, one immutable directory each; vLLM must be able to read this path.
+ADAPTERS_DIR = Path(env.str("ADAPTERS_DIR", default=str(VAR_DIR / "adapters")))
 VLLM_API_KEY = env.str("VLLM_API_KEY", default="")  # sent upstream; never the harness's key
 GATEWAY_CONNECT_TIMEOUT = env.float("GATEWAY_CONNECT_TIMEOUT", default=5.0)
 GATEWAY_READ_TIMEOUT = env.float("GATEWAY_READ_TIMEOUT", default=300.0)

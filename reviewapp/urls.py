@@ -4,7 +4,7 @@ from django.urls import path
 
 from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
-from reviewapp.views import projects, queues, traces
+from reviewapp.views import projects, queues, traces, training
 
 project = "p/<slug:slug>/"
 
@@ -46,6 +46,11 @@ urlpatterns = [
         queues.queue_agreement,
         name="queue_agreement",
     ),
+    path(f"{project}targets/", training.target_list, name="target_list"),
+    path(f"{project}targets/<int:target_id>/", training.target_review, name="target_review"),
+    path(f"{project}retrain/", training.retrain, name="retrain"),
+    path(f"{project}runs/<int:run_id>/", training.run_detail, name="run_detail"),
+    path(f"{project}runs/<int:run_id>/cancel/", training.run_cancel, name="run_cancel"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     # The recording gateway: OpenAI-compatible, so a harness only changes its base URL.

@@ -1,0 +1,88 @@
+"""Starting, cancelling and watching training runs (the work itself is in training/tasks.py)."""
+
+import json
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from reviewapp.models import (
+    ACTIVE_RUN_STATUSES,
+    DistillationTarget,
+    Project,
+    RunStatus,
+    TargetState,
+    TrainingRun,
+)
+from training.config import TrainingConfig
+
+# A worker reports at least once a minute while it holds a run; past this it is presumed dead.
+HEARTBEAT_TIMEOUT = timedelta(minutes=10)
+
+
+class RetrainError(ValueError):
+    """Why a retrain cannot start now."""
+
+
+def approved_targets(project: Project):
+    return DistillationTarget.objects.filter(
+        feedback__trace__project=project,
+        state__in=(TargetState.APPROVED, TargetState.EDITED),
+    ).select_related("feedback")
+
+
+def training_config_for(project: Project, *, mode: str) -> TrainingConfig:
+    """The project's training policy (settings["training"]) with the run's mode."""
+    policy = dict(project.settings.get("training") or {})
+    policy["mode"] = mode
+    return TrainingConfig.from_json(json.dumps(policy))
+
+
+@transaction.atomic
+def start_retrain(*, project: Project, mode: str = "sft", created_by=None) -> TrainingRun:
+    """Queue a run on everything approved; one active run per project at a time."""
+    from training.tasks import run_training
+
+    fail_stale_runs(project=project)
+    Project.objects.select_for_update().filter(pk=project.pk).first()  # one starter at a time
+    if TrainingRun.objects.filter(project=project, status__in=ACTIVE_RUN_STATUSES).exists():
+        raise RetrainError("a run is already in progress for this project")
+    targets = list(approved_targets(project))
+    if not targets:
+        raise RetrainError("nothing is approved yet: approve some targets first")
+    try:
+        config = training_config_for(project, mode=mode)
+    except ValueError as error:
+        raise RetrainError(f"the project's training policy is invalid: {error}") from None
+    run = TrainingRun.objects.create(
+        project=project, mode=mode, config=json.loads(config.to_json()), created_by=created_by
+    )
+    run.targets.set(targets)
+    run_training.delay_on_commit(run.pk)
+    return run
+
+
+def request_cancel(*, run: TrainingRun) -> None:
+    """Queued runs stop at once; running ones at their next step."""
+    TrainingRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+        status=RunStatus.CANCELLED, finished_at=timezone.now()
+    )
+    TrainingRun.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
+        cancel_requested=True
+    )
+
+
+def fail_stale_runs(*, project: Project | None = None) -> int:
+    """Runs whose worker stopped reporting are failed, never left 'running' forever."""
+    cutoff = timezone.now() - HEARTBEAT_TIMEOUT
+    stale = TrainingRun.objects.filter(
+        status__in=[s for s in ACTIVE_RUN_STATUSES if s != RunStatus.QUEUED]
+    ).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff))
+    if project is not None:
+        stale = stale.filter(project=project)
+    return stale.update(
+        status=RunStatus.FAILED,
+        error="the worker stopped reporting (killed or lost); start the run again",
+        finished_at=timezone.now(),
+    )

@@ -1,0 +1,167 @@
+"""Targets to approve, the Retrain button, and a run's live page."""
+
+from collections import Counter
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from reviewapp.charts import line_chart
+from reviewapp.models import Adapter, DistillationTarget, Feedback, TargetState, TrainingRun
+from reviewapp.services.targets import review_target
+from reviewapp.services.training import (
+    RetrainError,
+    approved_targets,
+    fail_stale_runs,
+    request_cancel,
+    start_retrain,
+)
+from reviewapp.views.access import (
+    get_admin_membership_for_user,
+    get_membership_for_user,
+    get_reviewer_membership_for_user,
+    projects_for_user,
+)
+
+
+def _base_context(request: HttpRequest, membership) -> dict:
+    return {
+        "membership": membership,
+        "project": membership.project,
+        "projects": projects_for_user(request.user),
+    }
+
+
+def _get_target_for_membership(membership, target_id: int) -> DistillationTarget:
+    target = (
+        DistillationTarget.objects.select_related("feedback__trace")
+        .filter(pk=target_id, feedback__trace__project=membership.project)
+        .first()
+    )
+    if target is None:
+        raise Http404("no such target")
+    return target
+
+
+def _get_run_for_membership(membership, run_id: int) -> TrainingRun:
+    run = TrainingRun.objects.filter(pk=run_id, project=membership.project).first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+@login_required
+def target_list(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    state = request.GET.get("state") or TargetState.PROPOSED
+    targets = (
+        DistillationTarget.objects.filter(feedback__trace__project=membership.project, state=state)
+        .select_related("feedback__trace")
+        .order_by("feedback_id", "id")[:200]
+    )
+    context = {**_base_context(request, membership), "targets": targets, "state": state}
+    return render(request, "training/targets.html", context)
+
+
+@require_POST
+@login_required
+def target_review(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    target = _get_target_for_membership(membership, target_id)
+    status = 200
+    error = ""
+    try:
+        target = review_target(
+            target=target,
+            decision=request.POST.get("decision", ""),
+            reviewer=request.user,
+            edited_text=request.POST.get("text"),
+        )
+    except ValueError as problem:
+        error, status = str(problem), 422
+    context = {**_base_context(request, membership), "target": target, "error": error}
+    if request.htmx:
+        return render(request, "training/targets.html#target-card", context, status=status)
+    return redirect("target_list", slug=slug)
+
+
+@login_required
+def retrain(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    project = membership.project
+    error = ""
+    if request.method == "POST":
+        membership = get_admin_membership_for_user(request.user, slug)
+        try:
+            run = start_retrain(
+                project=project,
+                mode=request.POST.get("mode", "sft"),
+                created_by=request.user,
+            )
+            return redirect("run_detail", slug=slug, run_id=run.pk)
+        except RetrainError as problem:
+            error = str(problem)
+    approved = list(approved_targets(project).select_related("feedback__trace"))
+    tag_counts = Counter(
+        tag_name
+        for target in approved
+        for tag_name in target.feedback.trace.trace_tags.values_list("tag__name", flat=True)
+    )
+    excluded = (
+        DistillationTarget.objects.filter(feedback__trace__project=project)
+        .exclude(state__in=(TargetState.APPROVED, TargetState.EDITED))
+        .values("state")
+        .annotate(count=Count("id"))
+    )
+    context = {
+        **_base_context(request, membership),
+        "approved": approved,
+        "by_author": sorted(
+            Counter(target.feedback.author or "unknown" for target in approved).items()
+        ),
+        "by_tag": sorted(tag_counts.items()),
+        "excluded": [(row["state"], row["count"]) for row in excluded],
+        "failing_checks": sum(not target.passes_checks for target in approved),
+        "open_feedback": Feedback.objects.filter(
+            trace__project=project, targets__isnull=True
+        ).count(),
+        "runs": TrainingRun.objects.filter(project=project).order_by("-created_at")[:10],
+        "policy": project.settings.get("training") or {},
+        "error": error,
+    }
+    return render(request, "training/retrain.html", context, status=422 if error else 200)
+
+
+@login_required
+def run_detail(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    fail_stale_runs(project=membership.project)
+    run = _get_run_for_membership(membership, run_id)
+    context = {
+        **_base_context(request, membership),
+        "run": run,
+        "adapter": Adapter.objects.filter(run=run).first(),
+        "loss_chart": line_chart(run.loss_curve, label="training loss"),
+        "percent": _percent(run),
+    }
+    if request.htmx:
+        return render(request, "training/run.html#run-status", context)
+    return render(request, "training/run.html", context)
+
+
+def _percent(run: TrainingRun) -> int:
+    if run.status in ("trained", "deployed"):
+        return 100
+    total = run.progress.get("total_steps") or 0
+    return int(100 * (run.progress.get("step") or 0) / total) if total else 0
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    membership = get_admin_membership_for_user(request.user, slug)
+    run = _get_run_for_membership(membership, run_id)
+    request_cancel(run=run)
+    return redirect("run_detail", slug=slug, run_id=run.pk)

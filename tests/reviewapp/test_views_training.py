@@ -1,0 +1,134 @@
+import pytest
+from django.test import Client
+
+from reviewapp.models import DistillationTarget, RunStatus, TargetState, TrainingRun
+from reviewapp.services.feedback import record_feedback
+from reviewapp.services.ingest import ingest_traces
+from tests.factories import make_trace
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def proposed(project):
+    ingest_traces(project=project, raw_items=[make_trace("t-1")])
+    trace = project.traces.get()
+    feedback, _ = record_feedback(trace=trace, text="Begin with 'Answer:'.", turn=4)
+    return DistillationTarget.objects.create(
+        feedback=feedback,
+        turn=4,
+        source="hint",
+        student_context=trace.body_json()["messages"][:4],
+        original=trace.body_json()["messages"][4],
+        target={"role": "assistant", "content": "Answer: 84."},
+    )
+
+
+def test_targets_show_the_original_beside_the_target(bob, proposed):
+    html = logged_in(bob).get("/p/acme/targets/").content.decode()
+    assert "12 * 7 is 84." in html and "Answer: 84." in html
+
+
+def test_a_reviewer_approves_a_target_with_htmx(bob, proposed):
+    response = logged_in(bob).post(
+        f"/p/acme/targets/{proposed.pk}/", {"decision": "approve"}, headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 200
+    proposed.refresh_from_db()
+    assert (proposed.state, proposed.reviewed_by) == (TargetState.APPROVED, bob)
+
+
+def test_an_edit_replaces_the_text_and_counts_as_approved(bob, proposed):
+    logged_in(bob).post(
+        f"/p/acme/targets/{proposed.pk}/", {"decision": "edit", "text": "Answer: 84"}
+    )
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.EDITED
+    assert proposed.target == {"role": "assistant", "content": "Answer: 84"}
+
+
+def test_an_empty_edit_is_422_and_changes_nothing(bob, proposed):
+    response = logged_in(bob).post(
+        f"/p/acme/targets/{proposed.pk}/",
+        {"decision": "edit", "text": " "},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 422
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.PROPOSED
+
+
+def test_viewers_and_other_projects_cannot_review_targets(victor, mallory, proposed):
+    assert (
+        logged_in(victor)
+        .post(f"/p/acme/targets/{proposed.pk}/", {"decision": "approve"})
+        .status_code
+        == 403
+    )
+    assert (
+        logged_in(mallory)
+        .post(f"/p/globex/targets/{proposed.pk}/", {"decision": "approve"})
+        .status_code
+        == 404
+    )
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.PROPOSED
+
+
+def test_retrain_page_shows_what_will_be_used_and_what_is_left_out(alice, proposed):
+    html = logged_in(alice).get("/p/acme/retrain/").content.decode()
+    assert "<strong>0</strong> approved targets" in html
+    assert "1 proposed target (not approved)" in html
+
+
+def test_an_admin_clicks_retrain_and_lands_on_the_run(alice, proposed):
+    proposed.state = TargetState.APPROVED
+    proposed.save()
+    response = logged_in(alice).post("/p/acme/retrain/", {"mode": "sft"})
+    run = TrainingRun.objects.get()
+    assert response["Location"] == f"/p/acme/runs/{run.pk}/"
+    assert run.status == RunStatus.QUEUED
+
+
+def test_retrain_with_nothing_approved_explains_why(alice, proposed):
+    response = logged_in(alice).post("/p/acme/retrain/", {"mode": "sft"})
+    assert response.status_code == 422
+    assert "nothing is approved" in response.content.decode()
+
+
+def test_reviewers_cannot_start_a_retrain(bob, proposed):
+    assert logged_in(bob).post("/p/acme/retrain/", {"mode": "sft"}).status_code == 403
+    assert not TrainingRun.objects.exists()
+
+
+def test_a_running_runs_page_polls_and_a_finished_one_stops(alice, project):
+    run = TrainingRun.objects.create(
+        project=project, config={}, status=RunStatus.TRAINING,
+        progress={"step": 3, "total_steps": 12, "loss": 1.5, "tokens_per_s": 40, "eta_s": 9},
+        loss_curve=[2.0, 1.7, 1.5],
+    )  # fmt: skip
+    from django.utils import timezone
+
+    TrainingRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+    html = logged_in(alice).get(f"/p/acme/runs/{run.pk}/").content.decode()
+    assert 'hx-trigger="every 2s"' in html
+    assert 'value="25"' in html and "<polyline" in html
+    TrainingRun.objects.filter(pk=run.pk).update(status=RunStatus.TRAINED)
+    html = logged_in(alice).get(f"/p/acme/runs/{run.pk}/").content.decode()
+    assert "every 2s" not in html
+
+
+def test_cancel_marks_a_queued_run_cancelled(alice, project):
+    run = TrainingRun.objects.create(project=project, config={})
+    logged_in(alice).post(f"/p/acme/runs/{run.pk}/cancel/")
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+
+
+def test_another_projects_run_is_404(mallory, project):
+    run = TrainingRun.objects.create(project=project, config={})
+    assert logged_in(mallory).get(f"/p/acme/runs/{run.pk}/").status_code == 404
