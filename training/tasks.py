@@ -1,0 +1,287 @@
+"""Celery tasks: the only module of training/ that touches Django models.
+
+Tasks take ids, claim their work with a conditional UPDATE (so a second delivery does nothing),
+call the pure training code, and record what happened. Training is never retried silently: a
+failure ends the run in `failed` with the reason, where a person sees it.
+"""
+
+import json
+import logging
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import httpx
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from reviewapp.models import (
+    Adapter,
+    DistillationTarget,
+    Feedback,
+    FeedbackStatus,
+    RunStatus,
+    TargetState,
+    TrainingRun,
+)
+from training.config import TrainingConfig
+
+# torch and transformers are imported inside the tasks: the web process imports this module to
+# enqueue work and should not pay for them.
+
+logger = logging.getLogger(__name__)
+
+# Progress is written at most this often; more would only load the database.
+PROGRESS_INTERVAL_S = 1.0
+TARGETS_PER_FEEDBACK = 4
+
+
+def _teacher_for(project):
+    """vLLM when it answers (fast, batched n), else the base model in this process."""
+    from training.targets import VllmTeacher
+
+    url = (project.upstream_url or settings.VLLM_URL).rstrip("/")
+    client = httpx.Client(timeout=120)
+    try:
+        if client.get(f"{url}/models", timeout=3).status_code == 200:
+            return VllmTeacher(url, project.upstream_model or project.served_model, client)
+    except httpx.HTTPError:
+        pass
+    from training.base_models import resolve_base_model
+    from training.targets import TransformersTeacher
+    from training.trainer import load_base_model
+
+    model_dir = resolve_base_model(project.base_model, Path(settings.MODEL_CACHE_DIR))
+    model, tokenizer = load_base_model(model_dir, TrainingConfig())
+    return TransformersTeacher(model, tokenizer)
+
+
+@shared_task(name="training.propose_targets", acks_late=True)
+def propose_targets_for_feedback(feedback_id: int) -> int:
+    """Targets for one feedback: its correction as is, else the teacher's revisions."""
+    from training.targets import hint_context, propose_targets, resolve_turn, student_context
+
+    feedback = Feedback.objects.select_related("trace__project").filter(pk=feedback_id).first()
+    if feedback is None or feedback.targets.exists():
+        return 0  # deleted, or a second delivery
+    body = feedback.trace.body_json()
+    messages = body["messages"]
+    turn = resolve_turn(messages, feedback.turn)
+    context = student_context(messages, turn)
+    project = feedback.trace.project
+    policy = (project.settings.get("training") or {}).get("teacher_prompt", "hint")
+    auto_approve = project.settings.get("auto_approve") == "checks_pass"
+    if feedback.correction:
+        rows = [
+            DistillationTarget(
+                feedback=feedback,
+                turn=turn,
+                source="correction",
+                student_context=context,
+                original=messages[turn],
+                target=feedback.correction,
+                state=TargetState.APPROVED,  # a reviewer wrote it: the strongest target
+            )
+        ]
+    else:
+        proposals = propose_targets(
+            _teacher_for(project),
+            messages,
+            turn,
+            feedback.text,
+            feedback.checks,
+            prompt=policy,
+            n=TARGETS_PER_FEEDBACK,
+            tools=body["tools"] or None,
+        )
+        rows = [
+            DistillationTarget(
+                feedback=feedback,
+                turn=turn,
+                source=policy,
+                student_context=context,
+                teacher_context=hint_context(context, feedback.text),
+                original=messages[turn],
+                target=proposal.message,
+                passes_checks=proposal.passes_checks,
+                state=(
+                    TargetState.APPROVED
+                    if auto_approve and proposal.passes_checks and feedback.checks
+                    else TargetState.PROPOSED
+                ),
+            )
+            for proposal in proposals
+        ]
+    with transaction.atomic():
+        DistillationTarget.objects.bulk_create(rows)
+        Feedback.objects.filter(pk=feedback.pk).update(status=FeedbackStatus.USED)
+    return len(rows)
+
+
+class _RunReporter:
+    """Writes a run's progress and heartbeat as it trains, and reads its cancel flag."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.last_write = 0.0
+        self.loss_curve: list[float] = []
+
+    def progress(self, step: int, total: int, loss: float, tokens_per_s: float, eta_s: float):
+        self.loss_curve.append(round(float(loss), 5))
+        now = time.monotonic()
+        if now - self.last_write < PROGRESS_INTERVAL_S and step < total:
+            return
+        self.last_write = now
+        TrainingRun.objects.filter(pk=self.run_id).update(
+            progress={
+                "step": step,
+                "total_steps": total,
+                "loss": round(float(loss), 5),
+                "tokens_per_s": round(tokens_per_s, 1),
+                "eta_s": round(eta_s, 1),
+            },
+            loss_curve=self.loss_curve,
+            heartbeat_at=timezone.now(),
+        )
+
+    def should_stop(self) -> bool:
+        return TrainingRun.objects.filter(pk=self.run_id, cancel_requested=True).exists()
+
+
+def _set_status(run_id: int, status: str, **fields) -> None:
+    TrainingRun.objects.filter(pk=run_id).update(
+        status=status, heartbeat_at=timezone.now(), **fields
+    )
+
+
+def _next_adapter_name(project) -> tuple[int, str]:
+    latest = Adapter.objects.filter(project=project).aggregate(latest=Max("version"))["latest"]
+    version = (latest or 0) + 1
+    return version, f"{project.slug}-v{version}"
+
+
+@shared_task(name="training.run_training", queue="gpu", acks_late=True)
+def run_training(run_id: int) -> str:
+    """Build the data, train the adapter, write it immutably, evaluate it."""
+    claimed = TrainingRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.BUILDING,
+        started_at=timezone.now(),
+        heartbeat_at=timezone.now(),
+        worker=socket.gethostname()[:200],
+    )
+    if not claimed:
+        return "not claimed"  # cancelled, or delivered a second time
+    run = TrainingRun.objects.select_related("project").get(pk=run_id)
+    try:
+        return _train_and_write(run)
+    except Exception as error:
+        logger.exception("training run %s failed", run_id)
+        _set_status(
+            run_id,
+            RunStatus.FAILED,
+            error=f"{type(error).__name__}: {error}"[:2000],
+            log=traceback.format_exc()[-20000:],
+            finished_at=timezone.now(),
+        )
+        return "failed"
+
+
+def _train_and_write(run: TrainingRun) -> str:
+    from training.adapters import write_adapter
+    from training.base_models import resolve_base_model
+    from training.evaluation import compare_replies, summarize
+    from training.targets import hint_context
+    from training.trainer import DistillItem, Example, add_lora, load_base_model, train
+
+    project = run.project
+    config = TrainingConfig.from_json(json.dumps(run.config))
+    targets = list(run.targets.select_related("feedback__trace").order_by("id"))
+    tools_by_trace = {}
+    for target in targets:
+        trace = target.feedback.trace
+        if trace.pk not in tools_by_trace:
+            tools_by_trace[trace.pk] = trace.body_json()["tools"] or None
+    examples, items = [], []
+    for target in targets:
+        tools = tools_by_trace[target.feedback.trace_id]
+        if config.mode == "sft":
+            examples.append(Example(target.student_context, target.target, tools))
+        else:
+            teacher_context = hint_context(target.student_context, target.feedback.text)
+            items.append(DistillItem(target.student_context, teacher_context, tools))
+
+    model_dir = resolve_base_model(project.base_model, Path(settings.MODEL_CACHE_DIR))
+    base, tokenizer = load_base_model(model_dir, config)
+    model = add_lora(base, config)
+    _set_status(run.pk, RunStatus.TRAINING)
+    reporter = _RunReporter(run.pk)
+    result = train(
+        model,
+        tokenizer,
+        config,
+        examples=examples,
+        items=items,
+        on_progress=reporter.progress,
+        should_stop=reporter.should_stop,
+    )
+    if result.stopped:
+        _set_status(run.pk, RunStatus.CANCELLED, finished_at=timezone.now())
+        return "cancelled"
+
+    _set_status(run.pk, RunStatus.EVALUATING)
+    eval_items = [
+        {
+            "context": target.student_context,
+            "checks": target.feedback.checks,
+            "tools": tools_by_trace[target.feedback.trace_id],
+            "reference": target.target,
+        }
+        for target in targets
+    ]
+    evaluation = compare_replies(model, tokenizer, eval_items, max_new_tokens=48)
+    metrics = {
+        "feedback_items": summarize(evaluation),
+        "items": [
+            {**result_item, "target_id": target.pk}
+            for result_item, target in zip(evaluation, targets, strict=True)
+        ],
+        "train": {
+            "steps": result.steps,
+            "tokens": result.tokens,
+            "seconds": round(result.seconds, 1),
+            "skipped": result.skipped,
+        },
+    }
+
+    version, name = _next_adapter_name(project)
+    info = write_adapter(
+        model,
+        Path(settings.ADAPTERS_DIR),
+        name,
+        config,
+        [target.pk for target in targets],
+        extra={"base_model": project.base_model, "run_id": run.pk},
+    )
+    with transaction.atomic():
+        Adapter.objects.create(
+            project=project,
+            version=version,
+            name=name,
+            path=str(info.path),
+            base_model=project.base_model,
+            checksum=info.checksum,
+            run=run,
+            eval_results=metrics,
+        )
+        _set_status(
+            run.pk,
+            RunStatus.TRAINED,
+            metrics=metrics,
+            loss_curve=result.loss_curve,
+            finished_at=timezone.now(),
+        )
+    return "trained"
