@@ -168,6 +168,9 @@ def record_feedback(
             )
     except IntegrityError:  # the same feedback sent twice at once
         return Feedback.objects.get(trace=trace, content_hash=content_hash), False
+    from training.tasks import propose_targets_for_feedback  # late: tasks import the models
+
+    propose_targets_for_feedback.delay_on_commit(feedback.pk)
     return feedback, True
 
 

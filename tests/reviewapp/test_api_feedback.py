@@ -143,3 +143,16 @@ def test_openapi_document_lists_the_contract(client):
         "/api/v1/traces/{external_id}/feedback",
         "/api/v1/traces/{external_id}/outcome",
     } <= set(paths)
+
+
+def test_new_feedback_asks_a_worker_for_targets_once_committed(
+    api, stored, django_capture_on_commit_callbacks, monkeypatch
+):
+    from training import tasks
+
+    sent = []
+    monkeypatch.setattr(tasks.propose_targets_for_feedback, "delay", sent.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        api.post(FEEDBACK, {"text": "Say the result first.", "turn": 4})
+        api.post(FEEDBACK, {"text": "Say the result first.", "turn": 4})  # a resend
+    assert sent == [Feedback.objects.get().pk]
