@@ -1,0 +1,83 @@
+"""Hot-loading an adapter into vLLM: load it on every upstream, then prove it answers.
+
+Plain httpx, no Django: reviewapp/services/deploy.py decides routing around these calls.
+"""
+
+import time
+from collections.abc import Sequence
+
+import httpx
+
+# Transient: the server is restarting or busy. A 4xx other than these is final.
+RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class DeployError(RuntimeError):
+    """The adapter could not be served; routing must not change."""
+
+
+def _post_with_retries(
+    client: httpx.Client, url: str, payload: dict, *, attempts: int, backoff_s: float
+) -> httpx.Response:
+    last_error = ""
+    for attempt in range(attempts):
+        try:
+            response = client.post(url, json=payload)
+        except httpx.HTTPError as error:
+            last_error = f"{type(error).__name__}: {error}"
+        else:
+            if response.status_code < 400:
+                return response
+            last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+            if response.status_code not in RETRYABLE_STATUS:
+                break
+        if attempt + 1 < attempts:
+            time.sleep(backoff_s * 2**attempt)
+    raise DeployError(f"{url}: {last_error}")
+
+
+def load_adapter(
+    client: httpx.Client,
+    upstream_urls: Sequence[str],
+    *,
+    name: str,
+    path: str,
+    attempts: int = 4,
+    backoff_s: float = 0.5,
+) -> None:
+    """POST /v1/load_lora_adapter on every upstream; an already loaded name counts as loaded."""
+    for base_url in upstream_urls:
+        models_url = f"{base_url.rstrip('/')}/models"
+        try:
+            loaded = {model["id"] for model in client.get(models_url).json().get("data", [])}
+        except (httpx.HTTPError, ValueError):
+            loaded = set()
+        if name in loaded:
+            continue  # names are immutable, so a loaded name is this very adapter
+        _post_with_retries(
+            client,
+            f"{base_url.rstrip('/')}/load_lora_adapter",
+            {"lora_name": name, "lora_path": path},
+            attempts=attempts,
+            backoff_s=backoff_s,
+        )
+
+
+def canary_request(client: httpx.Client, base_url: str, *, model: str) -> str:
+    """One short completion from the new adapter; raises DeployError unless it answers."""
+    response = _post_with_retries(
+        client,
+        f"{base_url.rstrip('/')}/chat/completions",
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 4,
+            "temperature": 0,
+        },
+        attempts=2,
+        backoff_s=0.5,
+    )
+    try:
+        return response.json()["choices"][0]["message"]["content"] or ""
+    except (ValueError, KeyError, IndexError) as error:
+        raise DeployError(f"canary answer was not a chat completion: {error}") from None
