@@ -11,7 +11,7 @@ from django.db import transaction
 from reviewapp.gateway.conversation import common_prefix_length, conversation_hash, prefix_hashes
 from reviewapp.gateway.recorder import RecordedCall
 from reviewapp.ingest.chat import preview_text
-from reviewapp.models import ModelCall, Project, Termination, Trace, TraceSource
+from reviewapp.models import ModelCall, Termination, Trace, TraceSource
 
 
 def _response_message(response: dict | None) -> dict | None:
@@ -36,8 +36,8 @@ def _request_messages(request: dict) -> list[dict] | None:
     return None
 
 
-def _find_trace(*, project: Project, call: RecordedCall, messages: list[dict]) -> Trace | None:
-    traces = Trace.objects.select_for_update().filter(project=project)
+def _find_trace(*, call: RecordedCall, messages: list[dict]) -> Trace | None:
+    traces = Trace.objects.select_for_update().filter(project_id=call.project_id)
     if call.trace_id_header:
         return traces.filter(external_id=call.trace_id_header).first()
     lengths = prefix_hashes(messages)
@@ -75,16 +75,15 @@ def _trace_termination(call: RecordedCall) -> str:
 @transaction.atomic
 def record_model_call(call: RecordedCall) -> ModelCall:
     """Store the call and fold it into its trace (created when it starts a conversation)."""
-    project = Project.objects.get(pk=call.project_id)
     messages = _request_messages(call.request)
     trace, turn_index = None, None
     if messages is not None:
         answer = _response_message(call.response)
         conversation = messages + ([answer] if answer else [])
-        trace = _find_trace(project=project, call=call, messages=messages)
+        trace = _find_trace(call=call, messages=messages)
         if trace is None:
             trace = Trace(
-                project=project,
+                project_id=call.project_id,
                 external_id=call.trace_id_header or f"gw-{uuid.uuid4().hex}",
                 source=TraceSource.GATEWAY,
                 started_at=call.started_at,
@@ -104,7 +103,7 @@ def record_model_call(call: RecordedCall) -> ModelCall:
     choice = ((call.response or {}).get("choices") or [{}])[0] if call.response else {}
     choice = choice if isinstance(choice, dict) else {}
     return ModelCall.objects.create(
-        project=project,
+        project_id=call.project_id,
         trace=trace,
         turn_index=turn_index,
         requested_model=call.requested_model[:200],
