@@ -267,7 +267,7 @@ def _train_and_write(run: TrainingRun) -> str:
         extra={"base_model": project.base_model, "run_id": run.pk},
     )
     with transaction.atomic():
-        Adapter.objects.create(
+        adapter = Adapter.objects.create(
             project=project,
             version=version,
             name=name,
@@ -277,11 +277,39 @@ def _train_and_write(run: TrainingRun) -> str:
             run=run,
             eval_results=metrics,
         )
+        _set_status(run.pk, RunStatus.EVALUATING, metrics=metrics, loss_curve=result.loss_curve)
+    return _gate_and_deploy(run, adapter, metrics)
+
+
+def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
+    """Only an adapter that passes the gate serves traffic; a failed deploy changes no route."""
+    from reviewapp.services.deploy import deploy_adapter
+    from training.deploy import DeployError
+    from training.gate import GateThresholds, gate_decision
+
+    project = run.project
+    passes, reason = gate_decision(
+        metrics["feedback_items"], GateThresholds.from_settings(project.settings.get("gate"))
+    )
+    metrics = {**metrics, "gate": {"passed": passes, "reason": reason}}
+    if not passes:
+        _set_status(
+            run.pk, RunStatus.GATE_FAILED, metrics=metrics, error=reason, finished_at=timezone.now()
+        )
+        return "gate failed"
+    if not project.settings.get("auto_deploy", True):
+        _set_status(run.pk, RunStatus.TRAINED, metrics=metrics, finished_at=timezone.now())
+        return "trained"
+    _set_status(run.pk, RunStatus.DEPLOYING, metrics=metrics)
+    try:
+        deploy_adapter(adapter=adapter, share=int(project.settings.get("canary_share", 100)))
+    except (DeployError, ValueError) as error:
         _set_status(
             run.pk,
-            RunStatus.TRAINED,
-            metrics=metrics,
-            loss_curve=result.loss_curve,
+            RunStatus.DEPLOY_FAILED,
+            error=f"deploy failed, routing unchanged: {error}"[:2000],
             finished_at=timezone.now(),
         )
-    return "trained"
+        return "deploy failed"
+    _set_status(run.pk, RunStatus.DEPLOYED, finished_at=timezone.now())
+    return "deployed"
