@@ -26,8 +26,17 @@ _INT_FIELDS = (
     "seed",
     "top_k",
     "save_every_steps",
+    "sample_max_tokens",
 )
-_NUMBER_FIELDS = ("lora_dropout", "learning_rate", "base_kl_weight")
+_NUMBER_FIELDS = (
+    "lora_dropout",
+    "learning_rate",
+    "base_kl_weight",
+    "warmup_ratio",
+    "weight_decay",
+    "max_grad_norm",
+    "sample_temperature",
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,13 @@ class TrainingConfig:
     target_modules: str | tuple[str, ...] = "all-linear"
     # None picks the mode's default (see effective_learning_rate); KL gradients are sharper.
     learning_rate: float | None = None
+    # Share of the optimizer steps over which the learning rate rises linearly from ~0; after
+    # that it decays linearly towards 0 at the last step.
+    warmup_ratio: float = 0.1
+    # AdamW's decoupled weight decay; 0: a few hundred steps on LoRA weights need no shrinkage.
+    weight_decay: float = 0.0
+    # Gradients are clipped to this global norm (0: no clipping); guards against one bad batch.
+    max_grad_norm: float = 1.0
     # Passes over the targets; few examples need several passes to move the model.
     epochs: int = 3
     # Sequences per forward pass on one device (a worker trains on one device).
@@ -64,6 +80,10 @@ class TrainingConfig:
     # Forgetting guard: weight of a KL term pulling the student back to the frozen base model;
     # 0 turns it off.
     base_kl_weight: float = 0.1
+    # distill: longest on-policy sample the student writes per item, in tokens.
+    sample_max_tokens: int = 64
+    # distill: temperature of those samples; 1.0 samples the student's own distribution.
+    sample_temperature: float = 1.0
     # None: bf16 on CUDA, float32 elsewhere (CPUs here lack bf16 instructions, fp32 is faster).
     bf16: bool | None = None
     # Write an intermediate adapter every N optimizer steps; 0 saves only the final adapter.
@@ -106,6 +126,15 @@ class TrainingConfig:
             self.learning_rate is None or self.learning_rate > 0,
             f"learning_rate must be > 0 (or None for the mode's default), not {self.learning_rate}",
         )
+        _require(
+            0.0 <= self.warmup_ratio < 1.0,
+            f"warmup_ratio must be in [0, 1), not {self.warmup_ratio}",
+        )
+        _require(self.weight_decay >= 0, f"weight_decay must be >= 0, not {self.weight_decay}")
+        _require(
+            self.max_grad_norm >= 0,
+            f"max_grad_norm must be >= 0 (0: no clipping), not {self.max_grad_norm}",
+        )
         _require(self.epochs >= 1, f"epochs must be >= 1, not {self.epochs}")
         _require(
             self.per_device_batch_size >= 1,
@@ -129,6 +158,14 @@ class TrainingConfig:
         )
         _require(
             self.base_kl_weight >= 0, f"base_kl_weight must be >= 0, not {self.base_kl_weight}"
+        )
+        _require(
+            self.sample_max_tokens >= 1,
+            f"sample_max_tokens must be >= 1, not {self.sample_max_tokens}",
+        )
+        _require(
+            self.sample_temperature > 0,
+            f"sample_temperature must be > 0, not {self.sample_temperature}",
         )
         _require(
             self.save_every_steps >= 0,

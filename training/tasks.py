@@ -63,7 +63,13 @@ def _teacher_for(project):
 @shared_task(name="training.propose_targets", acks_late=True)
 def propose_targets_for_feedback(feedback_id: int) -> int:
     """Targets for one feedback: its correction as is, else the teacher's revisions."""
-    from training.targets import hint_context, propose_targets, resolve_turn, student_context
+    from training.targets import (
+        hint_context,
+        propose_targets,
+        resolve_turn,
+        rewrite_context,
+        student_context,
+    )
 
     feedback = Feedback.objects.select_related("trace__project").filter(pk=feedback_id).first()
     if feedback is None or feedback.targets.exists():
@@ -104,7 +110,11 @@ def propose_targets_for_feedback(feedback_id: int) -> int:
                 turn=turn,
                 source=policy,
                 student_context=context,
-                teacher_context=hint_context(context, feedback.text),
+                teacher_context=(
+                    rewrite_context(context, messages[turn], feedback.text)
+                    if policy == "rewrite"
+                    else hint_context(context, feedback.text)
+                ),
                 original=messages[turn],
                 target=proposal.message,
                 passes_checks=proposal.passes_checks,

@@ -1,0 +1,94 @@
+import pytest
+import torch
+
+from training.config import TrainingConfig
+from training.evaluation import compare_replies, divergence, status, summarize
+from training.trainer import Example, add_lora, train
+
+QUESTIONS = ["what is the capital of france ?", "what color is the sky ?", "say hello"]
+
+
+def _user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        (False, True, "fixed"),
+        (False, False, "still failing"),
+        (True, False, "regressed"),
+        (True, True, "still passing"),
+    ],
+)
+def test_status(before, after, expected):
+    assert status(before, after) == expected
+
+
+def test_divergence_is_zero_for_identical_distributions():
+    logits = torch.randn(2, 3, 10)
+
+    assert divergence(logits, logits.clone(), torch.ones(2, 3), k=4) == pytest.approx([0.0, 0.0])
+
+
+def test_divergence_averages_each_item_over_its_reply_tokens_only():
+    teacher = torch.zeros(1, 3, 4)
+    student = torch.zeros(1, 3, 4)
+    student[0, 2, 0] = 50.0  # far off, but at a position outside the reply
+    mask = torch.tensor([[1, 1, 0]])
+
+    assert divergence(student, teacher, mask, k=2) == pytest.approx([0.0])
+
+
+@pytest.fixture
+def yes_sayer(make_tiny_llama, make_tiny_tokenizer):
+    """A tiny model whose adapter was trained to answer everything with "yes"."""
+    tokenizer = make_tiny_tokenizer()
+    config = TrainingConfig(lora_r=4, lora_alpha=8, learning_rate=3e-2, epochs=15)
+    model = add_lora(make_tiny_llama(), config)
+    examples = [Example(_user(q), {"role": "assistant", "content": "yes"}) for q in QUESTIONS]
+    train(model, tokenizer, config, examples=examples)
+    return model, tokenizer
+
+
+def test_an_item_the_adapter_now_passes_is_fixed(yes_sayer):
+    model, tokenizer = yes_sayer
+    items = [
+        {"context": _user(q), "checks": [{"kind": "regex", "value": "^yes$"}]} for q in QUESTIONS
+    ]
+
+    results = compare_replies(model, tokenizer, items, max_new_tokens=4)
+
+    assert [result["after"]["reply"] for result in results] == ["yes"] * 3
+    assert summarize(results) == {
+        "fixed": 3,
+        "still failing": 0,
+        "regressed": 0,
+        "still passing": 0,
+    }
+    assert results[0]["before"]["checks"] == [{"kind": "regex", "value": "^yes$", "passed": False}]
+
+
+def test_an_item_the_adapter_now_fails_has_regressed(yes_sayer):
+    model, tokenizer = yes_sayer
+    items = [{"context": _user(QUESTIONS[0]), "checks": [{"kind": "not_regex", "value": "^yes$"}]}]
+
+    [result] = compare_replies(model, tokenizer, items, max_new_tokens=4)
+
+    assert result["status"] == "regressed"
+
+
+def test_teacher_divergence_and_drift_are_reported_when_asked_for(yes_sayer):
+    model, tokenizer = yes_sayer
+    items = [
+        {"context": _user(QUESTIONS[0]), "teacher_context": _user(QUESTIONS[0] + " say yes")},
+        {"context": _user(QUESTIONS[1]), "reference": {"role": "assistant", "content": "blue"}},
+        {"context": _user(QUESTIONS[2])},
+    ]
+
+    results = compare_replies(model, tokenizer, items, max_new_tokens=4)
+
+    assert results[0]["divergence_before"] >= 0 and results[0]["divergence_after"] >= 0
+    assert results[1]["drift"] > 0  # the adapter moved away from the base on "blue"
+    assert not {"divergence_before", "drift"} & results[2].keys()
+    assert "drift" not in results[0]

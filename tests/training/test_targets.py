@@ -1,0 +1,230 @@
+import copy
+import json
+
+import httpx
+import pytest
+
+from training.targets import (
+    HINT_TEMPLATE,
+    Proposal,
+    TeacherSample,
+    TransformersTeacher,
+    VllmTeacher,
+    hint_context,
+    propose_targets,
+    resolve_turn,
+    rewrite_context,
+    run_checks,
+    select_revisions,
+    student_context,
+)
+
+FEEDBACK = "Always begin your answer with 'Answer:'"
+ORIGINAL_ANSWER = "The capital of France is Paris, a city of lights."
+TRACE = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": ORIGINAL_ANSWER},
+]
+TOOL_TRACE = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+    {"role": "assistant", "content": "It is 18 C and sunny."},
+]
+
+
+class ScriptedTeacher:
+    """A teacher that returns fixed samples and records the context it was shown."""
+
+    def __init__(self, samples: list[TeacherSample]) -> None:
+        self.samples = samples
+        self.seen: list[list[dict]] = []
+
+    def sample(self, messages, n, max_tokens, temperature, tools=None):
+        self.seen.append(messages)
+        return self.samples[:n]
+
+
+def _reply(text: str, truncated: bool = False) -> TeacherSample:
+    return TeacherSample(message={"role": "assistant", "content": text}, truncated=truncated)
+
+
+def test_student_context_is_everything_before_the_turn():
+    assert student_context(TRACE, 2) == TRACE[:2]
+
+
+def test_trace_level_feedback_applies_to_the_final_assistant_turn():
+    assert resolve_turn(TOOL_TRACE, None) == 3
+
+
+def test_a_turn_that_is_not_an_assistant_message_is_rejected():
+    with pytest.raises(ValueError, match="not an assistant turn"):
+        resolve_turn(TRACE, 1)
+
+
+def test_hint_context_carries_the_feedback_but_not_the_original_answer():
+    context = hint_context(student_context(TRACE, 2), FEEDBACK)
+
+    rendered = json.dumps(context)
+    assert FEEDBACK in rendered
+    assert ORIGINAL_ANSWER not in rendered
+    assert context[-1]["content"] == TRACE[1]["content"] + HINT_TEMPLATE.format(feedback=FEEDBACK)
+
+
+def test_hint_goes_to_the_last_tool_message_after_a_tool_call():
+    context = hint_context(student_context(TOOL_TRACE, 3), FEEDBACK)
+
+    assert context[-1]["role"] == "tool"
+    assert context[-1]["content"].endswith(FEEDBACK)
+    assert context[0] == TOOL_TRACE[0]
+
+
+def test_hint_context_leaves_the_trace_untouched():
+    before = copy.deepcopy(TRACE)
+
+    hint_context(student_context(TRACE, 2), FEEDBACK)
+
+    assert before == TRACE
+
+
+def test_rewrite_context_shows_the_original_answer_then_asks_for_a_rewrite():
+    context = rewrite_context(student_context(TRACE, 2), TRACE[2], FEEDBACK)
+
+    assert context[:3] == TRACE
+    assert context[3]["role"] == "user"
+    assert FEEDBACK in context[3]["content"]
+
+
+@pytest.mark.parametrize(
+    ("check", "reply", "passed"),
+    [
+        ({"kind": "regex", "value": "^Answer:"}, "Answer: Paris.", True),
+        ({"kind": "regex", "value": "^Answer:"}, "Paris. Answer: Paris.", False),
+        ({"kind": "not_regex", "value": "(?i)sorry"}, "Sorry, no.", False),
+        ({"kind": "not_regex", "value": "(?i)sorry"}, "Paris.", True),
+        ({"kind": "max_words", "value": 3}, "It is Paris.", True),
+        ({"kind": "max_words", "value": 3}, "The capital is Paris.", False),
+        ({"kind": "calls_tool", "value": "get_weather"}, TOOL_TRACE[1], True),
+        ({"kind": "calls_tool", "value": "get_time"}, TOOL_TRACE[1], False),
+        (
+            {"kind": "calls_tool", "value": "get_weather"},
+            '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>',
+            True,
+        ),
+    ],
+)
+def test_checks(check, reply, passed):
+    [result] = run_checks(reply, [check])
+
+    assert result.passed is passed
+    assert (result.kind, result.value) == (check["kind"], check["value"])
+
+
+def test_unknown_check_kind_is_rejected():
+    with pytest.raises(ValueError, match="unknown check kind"):
+        run_checks("Paris.", [{"kind": "sentiment", "value": "happy"}])
+
+
+def test_select_revisions_drops_failing_duplicate_and_empty_ones():
+    candidates = ["Answer: Paris.", "Paris.", "Answer:  Paris. ", "", "Answer: It is Paris."]
+
+    kept = select_revisions(candidates, [{"kind": "regex", "value": "^Answer:"}])
+
+    assert kept == ["Answer: Paris.", "Answer: It is Paris."]
+
+
+def test_proposals_are_deduplicated_and_marked_with_why_they_fail():
+    teacher = ScriptedTeacher(
+        [
+            _reply("Answer: Paris."),
+            _reply("Answer: Paris."),
+            _reply("Paris."),
+            _reply("Answer: Paris is the capital and", truncated=True),
+        ]
+    )
+
+    proposals = propose_targets(
+        teacher, TRACE, None, FEEDBACK, [{"kind": "regex", "value": "^Answer:"}]
+    )
+
+    assert proposals == [
+        Proposal("Answer: Paris.", {"role": "assistant", "content": "Answer: Paris."}, True),
+        Proposal(
+            "Paris.",
+            {"role": "assistant", "content": "Paris."},
+            False,
+            ("regex '^Answer:'",),
+        ),
+        Proposal(
+            "Answer: Paris is the capital and",
+            {"role": "assistant", "content": "Answer: Paris is the capital and"},
+            False,
+            ("truncated at max_tokens",),
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("prompt", "shows_original"), [("hint", False), ("rewrite", True)])
+def test_the_teacher_sees_the_original_answer_only_when_asked_to_rewrite(prompt, shows_original):
+    teacher = ScriptedTeacher([_reply("Answer: Paris.")])
+
+    propose_targets(teacher, TRACE, 2, FEEDBACK, [], prompt=prompt)
+
+    [seen] = teacher.seen
+    assert (ORIGINAL_ANSWER in json.dumps(seen)) is shows_original
+
+
+def test_vllm_teacher_asks_for_n_choices_in_one_request():
+    requests = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(json.loads(request.content))
+        choices = [
+            {
+                "message": {"role": "assistant", "content": "Answer: Paris."},
+                "finish_reason": "stop",
+            },
+            {"message": {"role": "assistant", "content": "Answer: It"}, "finish_reason": "length"},
+        ]
+        return httpx.Response(200, json={"choices": choices})
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    teacher = VllmTeacher("http://vllm.test/v1/", "smol", client)
+
+    samples = teacher.sample(TRACE[:2], n=2, max_tokens=32, temperature=0.7)
+
+    assert requests == [
+        {
+            "model": "smol",
+            "messages": TRACE[:2],
+            "n": 2,
+            "max_tokens": 32,
+            "temperature": 0.7,
+        }
+    ]
+    assert [sample.truncated for sample in samples] == [False, True]
+    assert samples[0].message == {"role": "assistant", "content": "Answer: Paris."}
+
+
+def test_transformers_teacher_repeats_its_samples_for_the_same_seed(
+    make_tiny_llama, make_tiny_tokenizer
+):
+    tokenizer = make_tiny_tokenizer()
+    model = make_tiny_llama()
+
+    first = TransformersTeacher(model, tokenizer, seed=3).sample(TRACE[:2], 3, 8, 1.0)
+    second = TransformersTeacher(model, tokenizer, seed=3).sample(TRACE[:2], 3, 8, 1.0)
+
+    assert first == second
+    assert len(first) == 3

@@ -1,0 +1,307 @@
+import dataclasses
+
+import pytest
+import torch
+
+from training.chat import render_prompt
+from training.config import TrainingConfig
+from training.evaluation import divergence
+from training.sampling import adapter_disabled, generate_replies, reply_logits
+from training.trainer import DistillItem, Example, add_lora, length_bucketed_batches, train
+
+QUESTIONS = [
+    "what is the capital of france ?",
+    "what is the capital of italy ?",
+    "what color is the sky ?",
+    "say hello",
+    "say one two three",
+    "what is red ?",
+]
+FEEDBACK = "always begin with answer :"
+
+
+def _user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def _examples() -> list[Example]:
+    return [
+        Example(
+            context=_user(question), reply={"role": "assistant", "content": f"answer : {question}"}
+        )
+        for question in QUESTIONS
+    ]
+
+
+def _items() -> list[DistillItem]:
+    return [
+        DistillItem(
+            student_context=_user(question),
+            teacher_context=_user(f"{question} reviewer feedback : {FEEDBACK}"),
+        )
+        for question in QUESTIONS[:4]
+    ]
+
+
+def _sft_config(**overrides) -> TrainingConfig:
+    defaults = dict(lora_r=4, lora_alpha=8, learning_rate=1e-2, epochs=2, per_device_batch_size=2)
+    return TrainingConfig(**{**defaults, **overrides})
+
+
+def _distill_config(**overrides) -> TrainingConfig:
+    defaults = dict(
+        mode="distill",
+        lora_r=4,
+        lora_alpha=8,
+        learning_rate=1e-2,
+        epochs=2,
+        per_device_batch_size=2,
+        sample_max_tokens=6,
+        base_kl_weight=0.0,
+    )
+    return TrainingConfig(**{**defaults, **overrides})
+
+
+def _lora_weights(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" in name}
+
+
+def _base_weights(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" not in name}
+
+
+def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol=0.0):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
+
+
+@pytest.fixture
+def tokenizer(make_tiny_tokenizer):
+    return make_tiny_tokenizer()
+
+
+@pytest.fixture
+def make_student(make_tiny_llama):
+    """A fresh tiny Llama (always the same weights) under a fresh, seeded LoRA adapter."""
+    return lambda config: add_lora(make_tiny_llama(seed=0), config)
+
+
+def test_batches_hold_neighbours_in_length_order_and_cover_every_index_once():
+    lengths = [5, 1, 9, 3, 7, 2, 8]
+
+    batches = length_bucketed_batches(lengths, batch_size=2, seed=0)
+
+    assert sorted(index for batch in batches for index in batch) == list(range(7))
+    by_length = sorted(range(7), key=lambda index: lengths[index])
+    assert sorted(batches) == sorted(
+        [by_length[0:2], by_length[2:4], by_length[4:6], by_length[6:]]
+    )
+
+
+def test_batch_order_is_repeatable_for_a_seed_and_shuffled_across_seeds():
+    lengths = list(range(40))
+
+    orders = [length_bucketed_batches(lengths, 2, seed) for seed in (0, 0, 1)]
+
+    assert orders[0] == orders[1]
+    assert orders[0] != orders[2]
+
+
+def test_sft_lowers_the_loss_on_its_examples(make_student, tokenizer):
+    config = _sft_config(epochs=8)
+
+    result = train(make_student(config), tokenizer, config, examples=_examples())
+
+    assert result.steps == 8 * 3
+    assert result.loss_curve[-1] < result.loss_curve[0] / 2
+    assert result.tokens > 0
+
+
+def test_accumulating_two_batches_of_one_equals_one_batch_of_two(make_student, tokenizer):
+    # Two examples of different lengths: a mean of per-batch means would weigh them differently.
+    examples = [_examples()[0], Example(_user("say hello"), {"role": "assistant", "content": "hi"})]
+    big_batch = _sft_config(epochs=3, per_device_batch_size=2, gradient_accumulation_steps=1)
+    accumulated = dataclasses.replace(
+        big_batch, per_device_batch_size=1, gradient_accumulation_steps=2
+    )
+    model_a, model_b = make_student(big_batch), make_student(accumulated)
+
+    result_a = train(model_a, tokenizer, big_batch, examples=examples)
+    result_b = train(model_b, tokenizer, accumulated, examples=examples)
+
+    assert result_a.steps == result_b.steps == 3
+    assert result_a.loss_curve == pytest.approx(result_b.loss_curve, rel=1e-5)
+    _assert_same_weights(_lora_weights(model_a), _lora_weights(model_b), atol=1e-6)
+
+
+@pytest.mark.parametrize("make_config", [_sft_config, _distill_config], ids=["sft", "distill"])
+def test_resuming_from_a_checkpoint_ends_with_the_weights_of_an_uninterrupted_run(
+    make_config, make_student, tokenizer, tmp_path
+):
+    config = make_config(epochs=2, save_every_steps=2)
+    data = {"examples": _examples()} if config.mode == "sft" else {"items": _items()}
+    uninterrupted = make_student(config)
+    train(uninterrupted, tokenizer, config, checkpoint_dir=tmp_path / "a", **data)
+
+    polls = iter([False, False, True])
+    interrupted = train(
+        make_student(config),
+        tokenizer,
+        config,
+        should_stop=lambda: next(polls),
+        checkpoint_dir=tmp_path / "b",
+        **data,
+    )
+    resumed = make_student(config)
+    result = train(
+        resumed,
+        tokenizer,
+        config,
+        checkpoint_dir=tmp_path / "b",
+        resume_from=interrupted.checkpoints[-1],
+        **data,
+    )
+
+    assert interrupted.steps == 2
+    assert interrupted.checkpoints == [tmp_path / "b" / "step-000002"]
+    assert result.steps == (4 if config.mode == "distill" else 6)
+    _assert_same_weights(_lora_weights(uninterrupted), _lora_weights(resumed))
+
+
+def test_resuming_with_a_different_config_is_refused(make_student, tokenizer, tmp_path):
+    config = _sft_config(save_every_steps=1)
+    first = train(
+        make_student(config), tokenizer, config, examples=_examples(), checkpoint_dir=tmp_path
+    )
+    other = dataclasses.replace(config, learning_rate=1e-3)
+
+    with pytest.raises(ValueError, match="different training config"):
+        train(
+            make_student(other),
+            tokenizer,
+            other,
+            examples=_examples(),
+            checkpoint_dir=tmp_path,
+            resume_from=first.checkpoints[0],
+        )
+
+
+def test_should_stop_ends_the_run_before_the_next_step(make_student, tokenizer):
+    config = _sft_config()
+    model = make_student(config)
+    before = _lora_weights(model)
+
+    result = train(model, tokenizer, config, examples=_examples(), should_stop=lambda: True)
+
+    assert result.stopped
+    assert result.steps == 0
+    _assert_same_weights(before, _lora_weights(model))
+
+
+def test_progress_is_reported_after_every_step(make_student, tokenizer):
+    config = _sft_config(epochs=2)
+    calls = []
+
+    result = train(
+        make_student(config),
+        tokenizer,
+        config,
+        examples=_examples(),
+        on_progress=lambda *args: calls.append(args),
+    )
+
+    assert [call[:2] for call in calls] == [(step, 6) for step in range(1, 7)]
+    assert [call[2] for call in calls] == result.loss_curve
+    assert all(tokens_per_s > 0 for *_, tokens_per_s, _ in calls)
+    assert calls[-1][4] == 0.0
+
+
+def test_sequences_longer_than_max_seq_len_are_left_out(make_student, tokenizer):
+    config = _sft_config(max_seq_len=40)
+    long_example = Example(_user(" ".join(["hello"] * 40)), {"role": "assistant", "content": "hi"})
+
+    result = train(make_student(config), tokenizer, config, examples=[*_examples(), long_example])
+
+    assert result.skipped == 1
+
+
+def _mean_teacher_divergence(model, tokenizer, items, replies):
+    student_prompts = [render_prompt(tokenizer, item.student_context) for item in items]
+    teacher_prompts = [render_prompt(tokenizer, item.teacher_context) for item in items]
+    with torch.no_grad():
+        student_logits, mask = reply_logits(model, student_prompts, replies, pad_token_id=0)
+        with adapter_disabled(model):
+            teacher_logits, _ = reply_logits(model, teacher_prompts, replies, pad_token_id=0)
+    values = divergence(student_logits, teacher_logits, mask, k=20)
+    return sum(values) / len(values)
+
+
+def test_distill_moves_the_student_towards_the_feedback_conditioned_teacher(
+    make_student, tokenizer
+):
+    config = _distill_config(epochs=6)
+    model = make_student(config)
+    items = _items()
+    # Fixed replies to compare on: the teacher's own greedy answers under the hint.
+    with adapter_disabled(model):
+        replies = generate_replies(
+            model,
+            [render_prompt(tokenizer, item.teacher_context) for item in items],
+            eos_token_id=tokenizer.eos_token_id,
+            max_new_tokens=6,
+            temperature=None,
+        )
+    before = _mean_teacher_divergence(model, tokenizer, items, replies)
+
+    train(model, tokenizer, config, items=items)
+
+    # Measured: 0.41 -> 0.23 (15 epochs: 0.15).
+    assert _mean_teacher_divergence(model, tokenizer, items, replies) < 0.7 * before
+
+
+def test_distill_never_changes_the_teacher(make_student, tokenizer):
+    config = _distill_config(base_kl_weight=0.5)
+    model = make_student(config)
+    base_before, lora_before = _base_weights(model), _lora_weights(model)
+
+    train(model, tokenizer, config, items=_items(), regression=_examples()[4:])
+
+    _assert_same_weights(base_before, _base_weights(model))
+    assert any(
+        not torch.equal(lora_before[name], weight) for name, weight in _lora_weights(model).items()
+    )
+
+
+def test_the_forgetting_guard_keeps_regression_replies_closer_to_the_base(make_student, tokenizer):
+    regression = [
+        Example(_user(question), {"role": "assistant", "content": "yes"}) for question in QUESTIONS
+    ]
+    drifts = []
+    for weight in (0.0, 5.0):
+        config = _sft_config(epochs=6, base_kl_weight=weight)
+        model = make_student(config)
+        train(model, tokenizer, config, examples=_examples()[:2], regression=regression)
+        drifts.append(_regression_drift(model, tokenizer, regression))
+
+    assert drifts[1] < drifts[0]
+
+
+def _regression_drift(model, tokenizer, regression):
+    from training.trainer import _example_tokens
+
+    pairs = [_example_tokens(tokenizer, example) for example in regression]
+    prompts, replies = [p.prompt for p in pairs], [p.reply for p in pairs]
+    with torch.no_grad():
+        student_logits, mask = reply_logits(model, prompts, replies, pad_token_id=0)
+        with adapter_disabled(model):
+            base_logits, _ = reply_logits(model, prompts, replies, pad_token_id=0)
+    values = divergence(student_logits, base_logits, mask, k=20)
+    return sum(values) / len(values)
+
+
+def test_sft_without_examples_is_refused(make_student, tokenizer):
+    config = _sft_config()
+
+    with pytest.raises(ValueError, match="sft trains on examples"):
+        train(make_student(config), tokenizer, config, items=_items())

@@ -1,0 +1,168 @@
+"""The evaluation gate: the same prompts answered without and with the adapter, side by side.
+
+Per item: greedy replies from the base (adapter disabled) and the student (adapter on), the
+item's checks on each, and a status:
+- fixed: failed before, passes now;     - still failing: failed before and now;
+- regressed: passed before, fails now;  - still passing: passed before and now.
+Feedback items may carry the teacher context (the feedback as a hint): the divergence between
+student and teacher on the student's own reply, before and after, shows whether training closed
+the gap. Regression items may carry an approved reply: the student's divergence from the base
+on it shows drift. Results are plain dicts, ready to store as JSON.
+"""
+
+import contextlib
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from peft import PeftModel
+from transformers import PreTrainedTokenizerBase
+
+from training.chat import assistant_message_from_text, build_example, render_prompt
+from training.losses import per_token_topk_tail_kl
+from training.sampling import adapter_disabled, generate_replies, reply_logits
+from training.targets import run_checks
+
+STATUSES = ("fixed", "still failing", "regressed", "still passing")
+
+
+def divergence(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor, k: int
+) -> list[float]:
+    """Per item, KL(teacher || student) (top-k + tail) averaged over its reply tokens.
+
+    Logits [B, R, V] aligned on the reply (see training.sampling.reply_logits), mask [B, R].
+    """
+    per_token = per_token_topk_tail_kl(student_logits, teacher_logits, k)
+    weights = mask.to(per_token.dtype)
+    return (per_token * weights).sum(dim=1).div(weights.sum(dim=1).clamp_min(1.0)).tolist()
+
+
+def status(passed_before: bool, passed_after: bool) -> str:
+    """One of STATUSES for an item's check results before and after training."""
+    if passed_after:
+        return "still passing" if passed_before else "fixed"
+    return "regressed" if passed_before else "still failing"
+
+
+def compare_replies(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[dict[str, Any]],
+    *,
+    max_new_tokens: int = 64,
+    k: int = 20,
+    batch_size: int = 8,
+) -> list[dict[str, Any]]:
+    """Before/after results for items `{"context", "checks"?, "tools"?, "teacher_context"?,
+    "reference"?}` (reference: an approved assistant message for the context)."""
+    results = []
+    for start in range(0, len(items), batch_size):
+        results.extend(
+            _compare_batch(model, tokenizer, items[start : start + batch_size], max_new_tokens, k)
+        )
+    return results
+
+
+def summarize(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many items ended in each status."""
+    counts = Counter(result["status"] for result in results)
+    return {name: counts[name] for name in STATUSES}
+
+
+def _compare_batch(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[dict[str, Any]],
+    max_new_tokens: int,
+    k: int,
+) -> list[dict[str, Any]]:
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    prompts = [render_prompt(tokenizer, item["context"], item.get("tools")) for item in items]
+    with adapter_disabled(model):
+        replies_before = generate_replies(
+            model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
+        )
+    replies_after = generate_replies(
+        model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
+    )
+
+    results = []
+    for item, before, after in zip(items, replies_before, replies_after, strict=True):
+        checks = item.get("checks") or []
+        sides = {}
+        for side, reply in (("before", before), ("after", after)):
+            text = tokenizer.decode(reply, skip_special_tokens=True).strip()
+            check_results = run_checks(assistant_message_from_text(text), checks)
+            sides[side] = {
+                "reply": text,
+                "checks": [vars(result) for result in check_results],
+                "passed": all(result.passed for result in check_results),
+            }
+        results.append(
+            {**sides, "status": status(sides["before"]["passed"], sides["after"]["passed"])}
+        )
+
+    teacher_rows = [i for i, item in enumerate(items) if item.get("teacher_context")]
+    if teacher_rows:
+        teacher_prompts = [
+            render_prompt(tokenizer, items[i]["teacher_context"], items[i].get("tools"))
+            for i in teacher_rows
+        ]
+        for side, replies, adapter_on in (
+            ("before", replies_before, False),
+            ("after", replies_after, True),
+        ):
+            values = _student_teacher_divergence(
+                model,
+                [prompts[i] for i in teacher_rows],
+                teacher_prompts,
+                [replies[i] for i in teacher_rows],
+                adapter_on=adapter_on,
+                pad_token_id=pad,
+                k=k,
+            )
+            for i, value in zip(teacher_rows, values, strict=True):
+                results[i][f"divergence_{side}"] = value
+
+    reference_rows = [i for i, item in enumerate(items) if item.get("reference")]
+    if reference_rows:
+        pairs = []
+        for i in reference_rows:
+            input_ids, loss_mask = build_example(
+                tokenizer, items[i]["context"], items[i]["reference"], items[i].get("tools")
+            )
+            pairs.append((input_ids[: loss_mask.index(1)], input_ids[loss_mask.index(1) :]))
+        values = _student_teacher_divergence(
+            model,
+            [prompt for prompt, _ in pairs],
+            [prompt for prompt, _ in pairs],
+            [reply for _, reply in pairs],
+            adapter_on=True,
+            pad_token_id=pad,
+            k=k,
+        )
+        for i, value in zip(reference_rows, values, strict=True):
+            results[i]["drift"] = value
+    return results
+
+
+def _student_teacher_divergence(
+    model: PeftModel,
+    student_prompts: list[list[int]],
+    teacher_prompts: list[list[int]],
+    replies: list[list[int]],
+    *,
+    adapter_on: bool,
+    pad_token_id: int,
+    k: int,
+) -> list[float]:
+    """Teacher = the base (adapter disabled); student = the model with or without its adapter."""
+    with torch.no_grad():
+        with adapter_disabled(model):
+            teacher_logits, mask = reply_logits(model, teacher_prompts, replies, pad_token_id)
+        with contextlib.nullcontext() if adapter_on else adapter_disabled(model):
+            student_logits, _ = reply_logits(model, student_prompts, replies, pad_token_id)
+    return divergence(student_logits, teacher_logits, mask, k)

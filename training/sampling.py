@@ -1,0 +1,102 @@
+"""Generating replies with a model and scoring given replies, batched, on token ids.
+
+Shared by the teacher (proposals), the trainer (the student's on-policy samples, the teacher's
+and the base model's logits) and the evaluation (greedy replies, divergence).
+"""
+
+import contextlib
+
+import torch
+from peft import PeftModel
+from transformers import PreTrainedModel
+
+
+def generate_replies(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    *,
+    eos_token_id: int,
+    max_new_tokens: int,
+    temperature: float | None,
+) -> list[list[int]]:
+    """One reply per prompt: greedy when `temperature` is None, else plain sampling.
+
+    A reply ends with its end-of-turn token if the model wrote one within `max_new_tokens`;
+    nothing after it is kept. Sampling draws from the full distribution (no top-k/top-p), as
+    vLLM does by default, so the samples are the model's own.
+    """
+    device = model.device
+    width = max(len(prompt) for prompt in prompts)
+    # Left padding: every prompt ends at the same column, where generation starts.
+    input_ids = torch.full((len(prompts), width), eos_token_id, dtype=torch.long, device=device)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, device=device)
+        attention_mask[row, width - len(prompt) :] = 1
+    sampling = (
+        {"do_sample": False}
+        if temperature is None
+        else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+    )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos_token_id,
+                pad_token_id=eos_token_id,
+                **sampling,
+            )
+    finally:
+        model.train(was_training)
+    replies = []
+    for row in output[:, width:].tolist():
+        end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
+        replies.append(row[:end])
+    return replies
+
+
+def reply_logits(
+    model: PreTrainedModel, prompts: list[list[int]], replies: list[list[int]], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's logits for each reply token given its prompt, aligned on the reply.
+
+    Returns `logits` [B, R, V] where `logits[b, t]` is the distribution the model gave reply
+    token t of row b, and `mask` [B, R] marking real reply tokens (R: the longest reply).
+    Gradients flow unless the caller disables them.
+    """
+    device = model.device
+    sequences = [prompt + reply for prompt, reply in zip(prompts, replies, strict=True)]
+    input_ids, attention_mask = pad_right(sequences, pad_token_id, device)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    reply_width = max(len(reply) for reply in replies)
+    offsets = torch.arange(reply_width, device=device)
+    # Token at position p is predicted by the logits at p - 1.
+    starts = torch.tensor([len(prompt) - 1 for prompt in prompts], device=device)
+    positions = (starts[:, None] + offsets).clamp_max(input_ids.shape[1] - 1)
+    rows = torch.arange(len(prompts), device=device)[:, None]
+    mask = (
+        offsets[None, :] < torch.tensor([len(reply) for reply in replies], device=device)[:, None]
+    )
+    return logits[rows, positions], mask
+
+
+def pad_right(
+    sequences: list[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) [B, T] with each sequence padded on the right."""
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long, device=device)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence, device=device)
+        attention_mask[row, : len(sequence)] = 1
+    return input_ids, attention_mask
+
+
+def adapter_disabled(model: PreTrainedModel) -> contextlib.AbstractContextManager:
+    """Run the base model under a peft adapter (a plain model runs as it is)."""
+    return model.disable_adapter() if isinstance(model, PeftModel) else contextlib.nullcontext()

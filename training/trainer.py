@@ -1,0 +1,419 @@
+"""The LoRA training loop, readable top to bottom (nanoGPT style); every knob is in TrainingConfig.
+
+Two modes share the loop:
+- `sft`: cross-entropy on the reply tokens of (context, reply) examples (approved revisions,
+  corrected turns).
+- `distill`: on-policy token-level self-distillation. For each item the student samples a reply
+  y ~ p(. | student context); the frozen teacher (the same weights with the adapter disabled)
+  scores y under the teacher context (student context + feedback hint); the loss is the top-k +
+  tail KL between the two at every token of y. The teacher never changes during a run.
+Both can add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of
+regression examples (approved good traces), the base side computed with the adapter disabled.
+
+Every optimizer step's loss is a mean over all the target tokens of that step, however they are
+split into micro-batches, so gradient accumulation gives the same update as one big batch.
+"""
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from training.chat import Message, build_example, render_prompt
+from training.config import TrainingConfig
+from training.losses import masked_token_nll, topk_tail_kl
+from training.sampling import adapter_disabled, generate_replies, pad_right, reply_logits
+
+ProgressCallback = Callable[[int, int, float, float, float], None]
+
+
+@dataclass(frozen=True)
+class Example:
+    """A turn to learn (sft) or to keep (regression): the context the model saw, the reply."""
+
+    context: list[Message]
+    reply: Message
+    tools: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class DistillItem:
+    """A prompt for on-policy distillation, as the student sees it and as the teacher sees it
+    (built with training.targets: `hint_context` by default, see config.teacher_prompt)."""
+
+    student_context: list[Message]
+    teacher_context: list[Message]
+    tools: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    loss_curve: list[float]  # one value per optimizer step, resumed steps included
+    steps: int  # optimizer steps done, resumed ones included
+    tokens: int  # tokens the student trained on (context + reply, padding excluded)
+    seconds: float  # wall time of this call
+    stopped: bool = False  # should_stop() ended the run early
+    # Examples/items longer than max_seq_len, left out rather than cut (cutting the context
+    # would train on a prompt the model never saw).
+    skipped: int = 0
+    checkpoints: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """One training sequence as token ids; distill items also carry the teacher's prompt and
+    get their reply from the student's sample."""
+
+    prompt: list[int]
+    reply: list[int]
+    teacher_prompt: list[int] | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.reply)
+
+
+def load_base_model(
+    model_dir: Path, config: TrainingConfig, device: str | torch.device | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The base model (bf16 on a bf16-capable GPU unless the config says otherwise) + tokenizer."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    dtype = torch.bfloat16 if config.use_bf16(cuda_available=cuda_bf16) else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
+    return model.to(device), tokenizer
+
+
+def add_lora(model: PreTrainedModel, config: TrainingConfig) -> PeftModel:
+    """Wrap the model with a fresh LoRA adapter; its random init is seeded by the config.
+
+    peft injects the adapter into the model's own modules: use the returned model from here on
+    (`adapter_disabled` gives the base back).
+    """
+    torch.manual_seed(config.seed)
+    target_modules = config.target_modules
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def length_bucketed_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
+    """Indices in batches of similar length: sort by length, chunk, shuffle the chunks (seeded).
+
+    Similar lengths waste little compute on padding; shuffling the chunks keeps the steps from
+    running short-to-long.
+    """
+    order = sorted(range(len(lengths)), key=lambda index: lengths[index])
+    chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    generator = torch.Generator().manual_seed(seed)
+    return [chunks[index] for index in torch.randperm(len(chunks), generator=generator).tolist()]
+
+
+def train(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    config: TrainingConfig,
+    *,
+    examples: Sequence[Example] = (),
+    items: Sequence[DistillItem] = (),
+    regression: Sequence[Example] = (),
+    on_progress: ProgressCallback | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    checkpoint_dir: Path | None = None,
+    resume_from: Path | None = None,
+) -> TrainingResult:
+    """Train the model's adapter in place: on `examples` in sft mode, on `items` in distill.
+
+    `on_progress(step, total_steps, loss, tokens_per_s, eta_s)` is called after every optimizer
+    step and `should_stop()` before each one. With `save_every_steps`, a checkpoint (adapter,
+    optimizer, step, RNG state) goes to `checkpoint_dir/step-NNNNNN`; passing one of those as
+    `resume_from` continues the run as if it had not stopped.
+    """
+    if config.mode == "sft" and (items or not examples):
+        raise ValueError("sft trains on examples (context, reply) and takes no distill items")
+    if config.mode == "distill" and (examples or not items):
+        raise ValueError("distill trains on items (student and teacher context), not examples")
+    if config.save_every_steps and checkpoint_dir is None:
+        raise ValueError("save_every_steps needs a checkpoint_dir")
+    # Padding is masked out everywhere; any id would do.
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    # --- data: token ids, too-long sequences left out, micro-batches bucketed by length -------
+    if config.mode == "sft":
+        main = [_example_tokens(tokenizer, example) for example in examples]
+    else:
+        main = [_item_tokens(tokenizer, item) for item in items]
+    guard = [_example_tokens(tokenizer, example) for example in regression]
+    sample_room = config.sample_max_tokens if config.mode == "distill" else 0
+    main_kept = [seq for seq in main if _longest(seq) + sample_room <= config.max_seq_len]
+    guard_kept = [seq for seq in guard if _longest(seq) <= config.max_seq_len]
+    skipped = len(main) - len(main_kept) + len(guard) - len(guard_kept)
+    main, guard = main_kept, guard_kept
+    if not main:
+        raise ValueError(f"nothing to train on: all {skipped} sequences exceed max_seq_len")
+    use_guard = bool(guard) and config.base_kl_weight > 0
+
+    micro_batches = [
+        batch
+        # A new chunk order every epoch, the same one every time the run is repeated.
+        for epoch in range(config.epochs)
+        for batch in length_bucketed_batches(
+            [seq.length for seq in main], config.per_device_batch_size, config.seed + epoch
+        )
+    ]
+    guard_batches = length_bucketed_batches(
+        [seq.length for seq in guard], config.per_device_batch_size, config.seed
+    )
+    accumulation = config.gradient_accumulation_steps
+    total_steps = math.ceil(len(micro_batches) / accumulation)
+    warmup_steps = math.ceil(config.warmup_ratio * total_steps)
+
+    # --- optimizer over the adapter weights only ----------------------------------------------
+    trainable = [param for param in model.parameters() if param.requires_grad]
+    optimizer = torch.optim.AdamW(
+        trainable, lr=config.effective_learning_rate, weight_decay=config.weight_decay
+    )
+    start_step, loss_curve, tokens = 0, [], 0
+    if resume_from is not None:
+        start_step, loss_curve, tokens = _load_checkpoint(resume_from, model, optimizer, config)
+    else:
+        torch.manual_seed(config.seed)  # the student's samples and LoRA dropout
+
+    # --- the loop -------------------------------------------------------------------------------
+    model.train()
+    started = time.monotonic()
+    session_tokens = 0
+    stopped = False
+    checkpoints: list[Path] = []
+    for step in range(start_step, total_steps):
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(step, total_steps, warmup_steps, config)
+
+        first_micro = step * accumulation
+        batches = [
+            [main[index] for index in batch]
+            for batch in micro_batches[first_micro : first_micro + accumulation]
+        ]
+        if config.mode == "distill":
+            batches = [_with_student_samples(model, tokenizer, batch, config) for batch in batches]
+        guard_step = [
+            [guard[index] for index in guard_batches[(first_micro + micro) % len(guard_batches)]]
+            if use_guard
+            else []
+            for micro in range(len(batches))
+        ]
+        main_tokens = sum(_reply_tokens(batch) for batch in batches)
+        guard_tokens = sum(_reply_tokens(batch) for batch in guard_step)
+
+        step_loss = 0.0
+        for batch, guard_batch in zip(batches, guard_step, strict=True):
+            if config.mode == "sft":
+                loss = _sft_loss(model, batch, pad_token_id)
+            else:
+                loss = _teacher_kl(model, batch, pad_token_id, config.top_k)
+            # Each micro-batch weighs its share of the step's tokens: the step loss is a token
+            # mean over the whole step, so accumulation changes nothing but memory.
+            loss = loss * _reply_tokens(batch) / main_tokens
+            if guard_batch:
+                guard_loss = _base_kl(model, guard_batch, pad_token_id, config.top_k)
+                loss = loss + config.base_kl_weight * guard_loss * (
+                    _reply_tokens(guard_batch) / guard_tokens
+                )
+            loss.backward()
+            step_loss += loss.item()
+            batch_tokens = sum(seq.length for seq in [*batch, *guard_batch])
+            tokens += batch_tokens
+            session_tokens += batch_tokens
+        if config.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        loss_curve.append(step_loss)
+        done = step + 1
+        if on_progress is not None:
+            elapsed = max(time.monotonic() - started, 1e-9)
+            on_progress(
+                done,
+                total_steps,
+                step_loss,
+                session_tokens / elapsed,
+                elapsed / (done - start_step) * (total_steps - done),
+            )
+        if config.save_every_steps and done % config.save_every_steps == 0:
+            checkpoints.append(
+                _save_checkpoint(checkpoint_dir, model, optimizer, config, done, loss_curve, tokens)
+            )
+
+    model.eval()
+    return TrainingResult(
+        loss_curve=loss_curve,
+        steps=len(loss_curve),
+        tokens=tokens,
+        seconds=time.monotonic() - started,
+        stopped=stopped,
+        skipped=skipped,
+        checkpoints=checkpoints,
+    )
+
+
+def _learning_rate(step: int, total_steps: int, warmup_steps: int, config: TrainingConfig) -> float:
+    """Linear warmup to the peak, then linear decay; the last step still moves (> 0)."""
+    peak = config.effective_learning_rate
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    return peak * (total_steps - step) / (total_steps - warmup_steps)
+
+
+# --- losses on micro-batches --------------------------------------------------------------------
+
+
+def _sft_loss(model: PeftModel, batch: list[_Tokens], pad_token_id: int) -> torch.Tensor:
+    """Mean NLL of the reply tokens given their prompts."""
+    input_ids, attention_mask = pad_right(
+        [seq.prompt + seq.reply for seq in batch], pad_token_id, model.device
+    )
+    loss_mask = torch.zeros_like(attention_mask)
+    for row, seq in enumerate(batch):
+        loss_mask[row, len(seq.prompt) : seq.length] = 1
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return masked_token_nll(logits, input_ids, loss_mask)
+
+
+def _teacher_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: int) -> torch.Tensor:
+    """KL(teacher || student) on the student's own reply, teacher = base under the hint context."""
+    replies = [seq.reply for seq in batch]
+    with torch.no_grad(), adapter_disabled(model):
+        teacher_logits, _ = reply_logits(
+            model, [seq.teacher_prompt for seq in batch], replies, pad_token_id
+        )
+    student_logits, mask = reply_logits(model, [seq.prompt for seq in batch], replies, pad_token_id)
+    return topk_tail_kl(student_logits, teacher_logits, mask, k)
+
+
+def _base_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: int) -> torch.Tensor:
+    """Forgetting guard: KL(base || student) on approved replies, same context for both."""
+    prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
+    with torch.no_grad(), adapter_disabled(model):
+        base_logits, _ = reply_logits(model, prompts, replies, pad_token_id)
+    student_logits, mask = reply_logits(model, prompts, replies, pad_token_id)
+    return topk_tail_kl(student_logits, base_logits, mask, k)
+
+
+def _with_student_samples(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    batch: list[_Tokens],
+    config: TrainingConfig,
+) -> list[_Tokens]:
+    """The items with replies the student (adapter on, current weights) samples right now."""
+    replies = generate_replies(
+        model,
+        [seq.prompt for seq in batch],
+        eos_token_id=tokenizer.eos_token_id,
+        max_new_tokens=config.sample_max_tokens,
+        temperature=config.sample_temperature,
+    )
+    return [replace(seq, reply=reply) for seq, reply in zip(batch, replies, strict=True)]
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def _example_tokens(tokenizer: PreTrainedTokenizerBase, example: Example) -> _Tokens:
+    input_ids, loss_mask = build_example(tokenizer, example.context, example.reply, example.tools)
+    reply_start = loss_mask.index(1)
+    return _Tokens(prompt=input_ids[:reply_start], reply=input_ids[reply_start:])
+
+
+def _item_tokens(tokenizer: PreTrainedTokenizerBase, item: DistillItem) -> _Tokens:
+    return _Tokens(
+        prompt=render_prompt(tokenizer, item.student_context, item.tools),
+        reply=[],
+        teacher_prompt=render_prompt(tokenizer, item.teacher_context, item.tools),
+    )
+
+
+def _longest(seq: _Tokens) -> int:
+    """The longest sequence the model runs for this record (the teacher's prompt may be longer)."""
+    return max(len(seq.prompt), len(seq.teacher_prompt or [])) + len(seq.reply)
+
+
+def _reply_tokens(batch: list[_Tokens]) -> int:
+    return sum(len(seq.reply) for seq in batch)
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def _save_checkpoint(
+    checkpoint_dir: Path,
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    config: TrainingConfig,
+    step: int,
+    loss_curve: list[float],
+    tokens: int,
+) -> Path:
+    """Adapter, optimizer, progress and RNG state, written whole or not at all."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_dir / f"step-{step:06d}"
+    partial = Path(tempfile.mkdtemp(dir=checkpoint_dir, prefix=f".{final.name}.partial-"))
+    try:
+        model.save_pretrained(partial)
+        torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+        state = {
+            "step": step,
+            "loss_curve": loss_curve,
+            "tokens": tokens,
+            "cpu_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+        torch.save(state, partial / "trainer_state.pt")
+        (partial / "training_config.json").write_text(config.to_json())
+        if final.exists():  # the same step of an earlier attempt of this run
+            shutil.rmtree(final)
+        os.rename(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return final
+
+
+def _load_checkpoint(
+    checkpoint: Path, model: PeftModel, optimizer: torch.optim.Optimizer, config: TrainingConfig
+) -> tuple[int, list[float], int]:
+    """Restore what `_save_checkpoint` wrote; returns (step, loss_curve, tokens)."""
+    saved_config = TrainingConfig.from_json((checkpoint / "training_config.json").read_text())
+    if saved_config != config:
+        raise ValueError(f"{checkpoint} was written by a run with a different training config")
+    set_peft_model_state_dict(model, load_file(checkpoint / "adapter_model.safetensors"))
+    optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+    state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
+    torch.set_rng_state(state["cpu_rng"])
+    if state["cuda_rng"]:
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return state["step"], list(state["loss_curve"]), state["tokens"]
