@@ -23,9 +23,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
+from scratch_db import drop_database, recreate_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/dashboard.py` puts bench/, not the root, first
@@ -73,21 +73,6 @@ def parse_args() -> BenchConfig:
 
 
 # --- the scratch database ---------------------------------------------------------------------
-
-
-def drop_database(admin_url: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(BENCH_DATABASE)
-            )
-        )
-
-
-def recreate_database(admin_url: str) -> None:
-    drop_database(admin_url)
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DATABASE)))
 
 
 def setup_django(database_url: str) -> None:
@@ -540,7 +525,7 @@ def report_detail(
 def main() -> None:
     config = parse_args()
     started = time.perf_counter()
-    recreate_database(config.admin_url)
+    recreate_database(config.admin_url, BENCH_DATABASE)
     try:
         setup_django(config.database_url)
         run(config)
@@ -548,7 +533,7 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        drop_database(config.admin_url)
+        drop_database(config.admin_url, BENCH_DATABASE)
     print(f"\nwhole run {time.perf_counter() - started:.0f} s")
 
 

@@ -33,7 +33,7 @@ import httpx
 import orjson
 import psutil
 import psycopg
-from psycopg import sql
+from scratch_db import drop_database, recreate_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/gateway.py` puts bench/, not the root, first
@@ -336,21 +336,6 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 
 # --- the scratch database ---------------------------------------------------------------------
-
-
-def drop_database(admin_url: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(BENCH_DATABASE)
-            )
-        )
-
-
-def recreate_database(admin_url: str) -> None:
-    drop_database(admin_url)
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DATABASE)))
 
 
 def setup_django(database_url: str) -> None:
@@ -969,7 +954,7 @@ def main() -> None:
         return
     config = parse_args()
     deadline = time.monotonic() + config.max_seconds
-    recreate_database(config.admin_url)
+    recreate_database(config.admin_url, BENCH_DATABASE)
     try:
         setup_django(config.database_url)
         runs, vllm, skipped = run(config, deadline)
@@ -977,7 +962,7 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        drop_database(config.admin_url)
+        drop_database(config.admin_url, BENCH_DATABASE)
     report(config, runs, vllm, skipped)
 
 

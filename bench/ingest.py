@@ -33,6 +33,7 @@ import httpx
 import orjson
 import psycopg
 from psycopg import sql
+from scratch_db import drop_database, recreate_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/ingest.py` puts bench/, not the root, first
@@ -194,21 +195,6 @@ def make_request_bodies(config: BenchConfig) -> tuple[list[bytes], int]:
 
 
 # --- the scratch database ---------------------------------------------------------------------
-
-
-def drop_database(admin_url: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(BENCH_DATABASE)
-            )
-        )
-
-
-def recreate_database(admin_url: str) -> None:
-    drop_database(admin_url)
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DATABASE)))
 
 
 def setup_django(database_url: str) -> None:
@@ -662,12 +648,12 @@ def report(
 def main() -> None:
     config = parse_args()
     bodies, messages = make_request_bodies(config)
-    recreate_database(config.admin_url)
+    recreate_database(config.admin_url, BENCH_DATABASE)
     try:
         setup_django(config.database_url)
         runs = run(config, bodies)
     finally:
-        drop_database(config.admin_url)
+        drop_database(config.admin_url, BENCH_DATABASE)
     report(
         config=config,
         messages=messages,

@@ -34,7 +34,7 @@ def browser(monkeypatch) -> Iterator[Browser]:
     """
     executable = shutil.which("chromium")
     if executable is None:
-        pytest.skip("browser tests need Debian's chromium: apt-get install chromium")
+        pytest.fail("browser tests need Debian's chromium; bin/test installs it via apt-get")
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
