@@ -18,7 +18,6 @@ import asyncio
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,14 +32,13 @@ import httpx
 import orjson
 import psutil
 import psycopg
+from apprentice_server import SERVER_SECRET_KEY, free_port, server_command, server_environment
 from scratch_db import drop_database, recreate_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/gateway.py` puts bench/, not the root, first
 
-ASGI_APP = "reviewapp.asgi:application"  # what production serves
 BENCH_DATABASE = "apprentice_bench_gateway"
-SERVER_SECRET_KEY = "bench-only-secret-key-not-for-production-0123456789-abcdefghijklmnop"
 SERVED_MODEL = "bench-agent"  # the alias the fast project serves; the fast upstream ignores it
 VLLM_MODEL = "SmolLM2-135M-Instruct"
 REQUEST_TIMEOUT_S = 30.0  # one call to the fast upstream; longer means something is broken
@@ -229,12 +227,6 @@ def core_plan(pin: str, cores: set[int]) -> CorePlan:
     return CorePlan({ordered[0]}, {ordered[1]}, set(ordered[2:]))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _child_setup(cores: set[int] | None) -> Callable[[], None]:
     """Runs in the child before exec: die with this process, stay on the planned cores."""
 
@@ -284,7 +276,7 @@ def _answers(url: str, headers: dict[str, str] | None = None) -> bool:
 
 @contextmanager
 def running_upstream(*, cores: set[int] | None, lifetime: float) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [sys.executable, __file__, "--serve-upstream", str(port), str(lifetime)]
     with running_process(
@@ -302,20 +294,9 @@ def running_gateway(
     *, database_url: str, workers: int, cores: set[int] | None, api_key: str
 ) -> Iterator[tuple[str, psutil.Process]]:
     """uvicorn serving the app as production does; yields its base URL and its process."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "DJANGO_DEBUG": "false",
-        "DJANGO_SECRET_KEY": SERVER_SECRET_KEY,
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "LOG_LEVEL": "WARNING",
-    }
-    command = [
-        sys.executable, "-m", "uvicorn", ASGI_APP,
-        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-        "--log-level", "warning", "--no-access-log",
-    ]  # fmt: skip
+    port = free_port()
+    env = server_environment(database_url)
+    command = server_command(port, workers)
     base_url = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {api_key}", **PROXY_HEADERS}
     ready = lambda: _answers(f"{base_url}/v1/models", headers)  # noqa: E731

@@ -14,7 +14,6 @@ import argparse
 import gc
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,15 +31,14 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import orjson
 import psycopg
+from apprentice_server import SERVER_SECRET_KEY, free_port, server_command, server_environment
 from psycopg import sql
 from scratch_db import drop_database, recreate_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/ingest.py` puts bench/, not the root, first
 
-ASGI_APP = "reviewapp.asgi:application"  # what production serves
 BENCH_DATABASE = "apprentice_bench_ingest"
-SERVER_SECRET_KEY = "bench-only-secret-key-not-for-production-0123456789-abcdefghijklmnop"
 REQUEST_TIMEOUT_S = 120.0  # one batch; a server that takes longer is broken, not slow
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_STOP_TIMEOUT_S = 15.0
@@ -285,29 +283,12 @@ class Server:
         return _process_tree_cpu_seconds(self.pid)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def running_server(*, database_url: str, workers: int, api_key: str) -> Iterator[Server]:
     """uvicorn serving the app in a subprocess, answering; stopped on exit."""
-    port = _free_port()
-    environment = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "DJANGO_DEBUG": "false",
-        "DJANGO_SECRET_KEY": SERVER_SECRET_KEY,
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-        "LOG_LEVEL": "WARNING",
-    }
-    command = [
-        sys.executable, "-m", "uvicorn", ASGI_APP,
-        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-        "--log-level", "warning", "--no-access-log",
-    ]  # fmt: skip
+    port = free_port()
+    environment = server_environment(database_url)
+    command = server_command(port, workers)
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment)
     server = Server(base_url=f"http://127.0.0.1:{port}", pid=process.pid)
     try:

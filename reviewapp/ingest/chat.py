@@ -245,7 +245,3 @@ def preview_text(messages: list[dict]) -> str:
                 )
             return (content or "")[:300]
     return ""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
