@@ -506,3 +506,97 @@ class Adapter(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TraceOutcome(models.TextChoices):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    NONE = "none"  # no outcome reported
+
+
+class TriageRule(models.Model):
+    """Routes the traces matching every set condition to a queue, a deterministic sample of them."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="triage_rules")
+    name = models.CharField(max_length=200)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="triage_rules")
+    # Conditions; a blank one does not restrict. A rule needs at least one.
+    termination = models.CharField(max_length=32, choices=Termination.choices, blank=True)
+    min_tool_calls = models.PositiveIntegerField(null=True, blank=True)  # more than this many
+    failed_tool = models.CharField(max_length=200, blank=True)  # "*": any tool's call failed
+    tag = models.ForeignKey(
+        Tag, null=True, blank=True, on_delete=models.CASCADE, related_name="triage_rules"
+    )
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    outcome = models.CharField(max_length=16, choices=TraceOutcome.choices, blank=True)
+    text = models.CharField(max_length=200, blank=True)  # case-insensitive, in any message
+    # The share of matching traces routed, decided by a hash of (rule, trace): re-runs agree.
+    sample_rate = models.FloatField(default=1.0)
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TriageMatch(models.Model):
+    """A trace a rule matched (once per rule), and whether the sample routed it to the queue."""
+
+    rule = models.ForeignKey(TriageRule, on_delete=models.CASCADE, related_name="matches")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="triage_matches")
+    routed = models.BooleanField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "trace"], name="triagematch_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} matched {self.trace_id}"
+
+
+class TraceEmbedding(models.Model):
+    """A trace's compact text (see reviewapp.similarity) as an L2-normalised float32 vector."""
+
+    # The project is repeated here so a project's vectors are read without a join.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="embeddings")
+    model_name = models.CharField(max_length=200)
+    vector = models.BinaryField()  # numpy float32 bytes
+    # sha256 of the text embedded: a trace whose text has not changed is not embedded again.
+    content_hash = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "model_name"], name="embedding_once"),
+        ]
+        # serves: a project's vectors, newest first, for similarity and clustering
+        indexes = [
+            models.Index(fields=["project", "model_name", "-trace"], name="embedding_project"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} vector of {self.trace_id}"
+
+
+class CopiedFeedback(models.Model):
+    """Where a feedback came from when a reviewer applied it to a similar trace they confirmed."""
+
+    feedback = models.OneToOneField(Feedback, on_delete=models.CASCADE, related_name="copied_from")
+    source = models.ForeignKey(
+        Feedback, null=True, on_delete=models.SET_NULL, related_name="copies"
+    )
+    similarity = models.FloatField()  # cosine similarity of the two traces when confirmed
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"feedback {self.feedback_id} copied from {self.source_id}"
