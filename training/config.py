@@ -36,6 +36,7 @@ _NUMBER_FIELDS = (
     "weight_decay",
     "max_grad_norm",
     "sample_temperature",
+    "held_out_fraction",
 )
 
 
@@ -88,6 +89,9 @@ class TrainingConfig:
     bf16: bool | None = None
     # Write an intermediate adapter every N optimizer steps; 0 saves only the final adapter.
     save_every_steps: int = 0
+    # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
+    # gate can see whether the lesson generalises (training/eval_sets.py).
+    held_out_fraction: float = 0.2
 
     def __post_init__(self) -> None:
         for name in _INT_FIELDS:
@@ -166,6 +170,10 @@ class TrainingConfig:
         _require(
             self.sample_temperature > 0,
             f"sample_temperature must be > 0, not {self.sample_temperature}",
+        )
+        _require(
+            0.0 <= self.held_out_fraction < 1.0,
+            f"held_out_fraction must be in [0, 1), not {self.held_out_fraction}",
         )
         _require(
             self.save_every_steps >= 0,

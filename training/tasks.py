@@ -203,7 +203,7 @@ def run_training(run_id: int) -> str:
 def _train_and_write(run: TrainingRun) -> str:
     from training.adapters import write_adapter
     from training.base_models import resolve_base_model
-    from training.evaluation import compare_replies, summarize
+    from training.eval_sets import held_out_feedback
     from training.targets import hint_context
     from training.trainer import DistillItem, Example, add_lora, load_base_model, train
 
@@ -215,8 +215,20 @@ def _train_and_write(run: TrainingRun) -> str:
         trace = target.feedback.trace
         if trace.pk not in tools_by_trace:
             tools_by_trace[trace.pk] = trace.body_json()["tools"] or None
+    # Only feedback with checks can show generalisation, and a reviewer's correction is always
+    # learned: the rest may be held out.
+    held_out_ids = held_out_feedback(
+        {
+            target.feedback_id: target.feedback.text
+            for target in targets
+            if target.feedback.checks and not target.feedback.correction
+        },
+        fraction=config.held_out_fraction,
+        seed=config.seed,
+    )
+    trained = [target for target in targets if target.feedback_id not in held_out_ids]
     examples, items = [], []
-    for target in targets:
+    for target in trained:
         tools = tools_by_trace[target.feedback.trace_id]
         if config.mode == "sft":
             examples.append(Example(target.student_context, target.target, tools))
@@ -243,27 +255,16 @@ def _train_and_write(run: TrainingRun) -> str:
         return "cancelled"
 
     _set_status(run.pk, RunStatus.EVALUATING)
-    eval_items = [
-        {
-            "context": target.student_context,
-            "checks": target.feedback.checks,
-            "tools": tools_by_trace[target.feedback.trace_id],
-            "reference": target.target,
-        }
-        for target in targets
-    ]
-    evaluation = compare_replies(model, tokenizer, eval_items, max_new_tokens=48)
     metrics = {
-        "feedback_items": summarize(evaluation),
-        "items": [
-            {**result_item, "target_id": target.pk}
-            for result_item, target in zip(evaluation, targets, strict=True)
-        ],
+        # What was stored when the run was created (e.g. the training-data accounting) stays.
+        **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
+        **_evaluate(model, tokenizer, project, targets, held_out_ids, tools_by_trace),
         "train": {
             "steps": result.steps,
             "tokens": result.tokens,
             "seconds": round(result.seconds, 1),
             "skipped": result.skipped,
+            "targets": len(trained),
         },
     }
 
@@ -273,7 +274,7 @@ def _train_and_write(run: TrainingRun) -> str:
         Path(settings.ADAPTERS_DIR),
         name,
         config,
-        [target.pk for target in targets],
+        [target.pk for target in trained],
         extra={"base_model": project.base_model, "run_id": run.pk},
     )
     with transaction.atomic():
@@ -291,6 +292,125 @@ def _train_and_write(run: TrainingRun) -> str:
     return _gate_and_deploy(run, adapter, metrics)
 
 
+# Replies in the gate are greedy and short: enough to see a prefix, a length or a fact.
+EVAL_MAX_NEW_TOKENS = 48
+GOOD_TRACES_FOR_REGRESSION = 8
+
+
+def _evaluate(model, tokenizer, project, targets, held_out_ids, tools_by_trace) -> dict:
+    """Before/after on the feedback (trained and held out) and on the regression prompts."""
+    from training.eval_sets import general_regression_items
+    from training.evaluation import compare_replies, summarize
+    from training.targets import hint_context
+
+    first_target_per_feedback = {}
+    for target in targets:
+        first_target_per_feedback.setdefault(target.feedback_id, target)
+    feedback_items = [
+        {
+            "feedback_id": target.feedback_id,
+            "target_id": target.pk,
+            "trace_id": target.feedback.trace_id,
+            "held_out": target.feedback_id in held_out_ids,
+            "context": target.student_context,
+            "teacher_context": hint_context(target.student_context, target.feedback.text),
+            "checks": target.feedback.checks,
+            "tools": tools_by_trace[target.feedback.trace_id],
+        }
+        for target in first_target_per_feedback.values()
+    ]
+    trace_ids = {target.feedback.trace_id for target in targets}
+    regression_items = general_regression_items() + _good_trace_items(project, trace_ids)
+    inputs = feedback_items + regression_items
+    results = compare_replies(model, tokenizer, inputs, max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+    # Stored results keep what a reader needs (ids, prompt, replies, checks, status), not contexts.
+    def stored(item: dict, result: dict) -> dict:
+        kept = {key: item[key] for key in ("feedback_id", "target_id", "trace_id") if key in item}
+        if "prompt" in item:
+            kept.update(source=item["source"], prompt=item["prompt"])
+        return {**kept, **result}
+
+    rows = [stored(item, result) for item, result in zip(inputs, results, strict=True)]
+    feedback_rows, regression_rows = rows[: len(feedback_items)], rows[len(feedback_items) :]
+    pairs = list(zip(feedback_rows, feedback_items, strict=True))
+    trained_rows = [row for row, item in pairs if not item["held_out"]]
+    held_out_rows = [row for row, item in pairs if item["held_out"]]
+    drifts = [row["drift"] for row in regression_rows if "drift" in row]
+    report = {
+        "feedback_items": summarize(trained_rows),
+        "items": trained_rows,
+        "per_tag": _per_tag(trained_rows),
+        "regression": {
+            "summary": summarize(regression_rows),
+            "mean_drift": round(sum(drifts) / len(drifts), 4) if drifts else None,
+            "items": regression_rows,
+        },
+    }
+    if held_out_rows:
+        report["held_out"] = {"summary": summarize(held_out_rows), "items": held_out_rows}
+    return report
+
+
+def _good_trace_items(project, exclude_trace_ids: set[int]) -> list[dict]:
+    """Recent traces that went well (the task succeeded with no complaint, or a reviewer rated
+    them up): the adapter should still be willing to give their final text answer."""
+    from django.db.models import Q
+
+    from reviewapp.models import Trace
+
+    good = (
+        Trace.objects.filter(project=project)
+        .filter(Q(success=True, feedback__isnull=True) | Q(feedback__rating__gt=0))
+        .exclude(feedback__rating__lte=0)
+        .exclude(pk__in=exclude_trace_ids)
+        .distinct()
+        .order_by("-id")[: GOOD_TRACES_FOR_REGRESSION * 2]
+    )
+    items = []
+    for trace in good:
+        body = trace.body_json()
+        messages = body["messages"]
+        for turn in range(len(messages) - 1, -1, -1):
+            message = messages[turn]
+            if (
+                message["role"] == "assistant"
+                and message.get("content")
+                and not message.get("tool_calls")
+            ):
+                items.append(
+                    {
+                        "source": "trace",
+                        "trace_id": trace.pk,
+                        "prompt": trace.preview,
+                        "context": messages[:turn],
+                        "reference": message,
+                        "tools": body["tools"] or None,
+                    }
+                )
+                break
+        if len(items) == GOOD_TRACES_FOR_REGRESSION:
+            break
+    return items
+
+
+def _per_tag(rows: list[dict]) -> dict[str, dict[str, int]]:
+    from reviewapp.models import TraceTag
+    from training.evaluation import STATUSES
+
+    tags_by_trace: dict[int, set[str]] = {}
+    for trace_id, tag_name in TraceTag.objects.filter(
+        trace_id__in={row["trace_id"] for row in rows}
+    ).values_list("trace_id", "tag__name"):
+        tags_by_trace.setdefault(trace_id, set()).add(tag_name)
+    per_tag: dict[str, dict[str, int]] = {}
+    for row in rows:
+        for tag_name in tags_by_trace.get(row["trace_id"], ()):
+            counts = per_tag.setdefault(tag_name, dict.fromkeys(STATUSES, 0))
+            counts[row["status"]] += 1
+    return per_tag
+
+
 def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
     """Only an adapter that passes the gate serves traffic; a failed deploy changes no route."""
     from reviewapp.services.deploy import deploy_adapter
@@ -299,7 +419,7 @@ def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
 
     project = run.project
     passes, reason = gate_decision(
-        metrics["feedback_items"], GateThresholds.from_settings(project.settings.get("gate"))
+        metrics, GateThresholds.from_settings(project.settings.get("gate"))
     )
     metrics = {**metrics, "gate": {"passed": passes, "reason": reason}}
     if not passes:

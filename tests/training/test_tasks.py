@@ -1,5 +1,6 @@
 """The Celery tasks end to end on a tiny model saved to disk, against the real database."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,59 @@ def test_a_model_server_that_is_down_ends_the_run_deploy_failed_with_routing_unc
     assert run.status == RunStatus.DEPLOY_FAILED
     assert "routing unchanged" in run.error
     assert ModelRoute.objects.get(project=project).primary == "acme-v0"
+
+
+def test_the_gate_sees_held_out_feedback_regression_prompts_and_good_traces(project, approved):
+    """Five feedback items of one kind: one is held out (evaluated, not trained on); a trace that
+    went well becomes a regression item whose drift from the base is measured."""
+    for number in range(4):
+        ingest_traces(
+            project=project,
+            raw_items=[{"external_id": f"more-{number}", "messages": CONVERSATION}],
+        )
+        feedback, _ = record_feedback(
+            trace=project.traces.get(external_id=f"more-{number}"),
+            text="say paris",
+            turn=1,
+            checks=[{"kind": "regex", "value": "^paris"}],
+        )
+        DistillationTarget.objects.create(
+            feedback=feedback,
+            turn=1,
+            source="hint",
+            student_context=CONVERSATION[:1],
+            target={"role": "assistant", "content": "paris"},
+            state=TargetState.APPROVED,
+        )
+    ingest_traces(
+        project=project,
+        raw_items=[
+            {
+                "external_id": "went-well",
+                "messages": [
+                    {"role": "user", "content": "what is the capital of italy ?"},
+                    {"role": "assistant", "content": "rome"},
+                ],
+                "outcome": {"success": True},
+            }
+        ],
+    )
+    run = start_retrain(project=project)
+    assert run_training(run.pk) == "trained"
+    run.refresh_from_db()
+    metrics = run.metrics
+    assert metrics["train"]["targets"] == 4
+    [held_out] = metrics["held_out"]["items"]
+    assert held_out["status"] in ("fixed", "still failing", "regressed", "still passing")
+    assert held_out["feedback_id"] not in {item["feedback_id"] for item in metrics["items"]}
+    assert len(metrics["items"]) == 4  # one row per trained feedback item, not per target
+    sources = [item["source"] for item in metrics["regression"]["items"]]
+    assert sources.count("general") == 8
+    [good] = [item for item in metrics["regression"]["items"] if item["source"] == "trace"]
+    assert good["trace_id"] == project.traces.get(external_id="went-well").pk
+    assert good["drift"] >= 0
+    assert metrics["regression"]["mean_drift"] == pytest.approx(good["drift"], abs=1e-4)
+    adapter = Adapter.objects.get(run=run)
+    lineage = json.loads((Path(adapter.path) / "lineage.json").read_text())
+    assert held_out["target_id"] not in lineage["target_ids"]
+    assert len(lineage["target_ids"]) == 4

@@ -1,0 +1,64 @@
+"""What the evaluation gate asks besides the trained feedback: held-out feedback of the same kind,
+and regression prompts whose answers must survive training. Pure data and pure functions.
+"""
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping
+
+# A fixed general set: short questions the bundled base model answers correctly (each check
+# names the fact), so an adapter that breaks one has damaged knowledge the feedback never touched.
+# Checks are loose on purpose: "Answer: Paris." and "It is Paris" both keep the fact.
+GENERAL_REGRESSION_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("What is the capital of France?", r"(?i)\bparis\b"),
+    ("Who painted the Mona Lisa?", r"(?i)\bleonardo\b|\bda vinci\b"),
+    ("What is the tallest mountain on Earth?", r"(?i)\beverest\b"),
+    ("How many days are in a week?", r"(?i)\b(7|seven)\b"),
+    ("What is the largest planet in the solar system?", r"(?i)\bjupiter\b"),
+    ("What language is spoken in Brazil?", r"(?i)\bportuguese\b"),
+    ("Who wrote Romeo and Juliet?", r"(?i)\bshakespeare\b"),
+    ("What is the boiling point of water in Celsius?", r"\b100\b"),
+)
+
+# Feedback kinds with fewer items than this are all trained on: holding out one of three would
+# cost a third of the data to learn almost nothing about generalisation.
+MIN_ITEMS_TO_HOLD_OUT = 4
+
+
+def general_regression_items() -> list[dict]:
+    return [
+        {
+            "source": "general",
+            "prompt": question,
+            "context": [{"role": "user", "content": question}],
+            "checks": [{"kind": "regex", "value": pattern}],
+        }
+        for question, pattern in GENERAL_REGRESSION_PROMPTS
+    ]
+
+
+def feedback_kind(text: str) -> str:
+    """Feedback items of the same kind say the same thing: compared without case or spacing."""
+    return " ".join(text.lower().split())
+
+
+def held_out_feedback(feedback_texts: Mapping[int, str], *, fraction: float, seed: int) -> set[int]:
+    """Feedback ids to evaluate on but not train on: `fraction` of each kind with enough items.
+
+    Deterministic for a seed (a hash orders each kind), so a repeated run holds out the same ones.
+    """
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for feedback_id, text in feedback_texts.items():
+        by_kind[feedback_kind(text)].append(feedback_id)
+    held_out: set[int] = set()
+    for ids in by_kind.values():
+        count = int(len(ids) * fraction)
+        if len(ids) < MIN_ITEMS_TO_HOLD_OUT or count == 0:
+            continue
+        ranked = sorted(ids, key=lambda feedback_id: _rank(seed, feedback_id))
+        held_out.update(ranked[:count])
+    return held_out
+
+
+def _rank(seed: int, feedback_id: int) -> str:
+    return hashlib.sha256(f"{seed}:{feedback_id}".encode()).hexdigest()
