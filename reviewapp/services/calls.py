@@ -12,6 +12,7 @@ from reviewapp.gateway.conversation import common_prefix_length, conversation_ha
 from reviewapp.gateway.recorder import RecordedCall
 from reviewapp.ingest.chat import preview_text
 from reviewapp.models import ModelCall, Termination, Trace, TraceSource
+from reviewapp.tasks import after_traces_changed
 
 
 def _response_message(response: dict | None) -> dict | None:
@@ -98,6 +99,7 @@ def record_model_call(call: RecordedCall) -> ModelCall:
         if answer:
             turn_index = len(merged) - 1
         _update_trace(trace, call, merged, _merge_tools(stored_tools, call.request.get("tools")))
+        after_traces_changed([trace.pk])
     usage = (call.response or {}).get("usage") if isinstance(call.response, dict) else None
     usage = usage if isinstance(usage, dict) else {}
     choice = ((call.response or {}).get("choices") or [{}])[0] if call.response else {}

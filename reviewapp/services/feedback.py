@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from reviewapp.ingest.chat import Message, describe_validation_error
 from reviewapp.models import Feedback, Trace
+from reviewapp.tasks import after_traces_changed, embed_traces
 
 CHECK_KINDS = ("regex", "not_regex", "max_words", "calls_tool")
 
@@ -171,6 +172,7 @@ def record_feedback(
     from training.tasks import propose_targets_for_feedback  # late: tasks import the models
 
     propose_targets_for_feedback.delay_on_commit(feedback.pk)
+    embed_traces.delay_on_commit([trace.pk])  # a trace's text for similarity includes feedback
     return feedback, True
 
 
@@ -192,4 +194,5 @@ def record_outcome(
     Trace.objects.filter(pk=trace.pk).update(**changes)
     for name, value in changes.items():
         setattr(trace, name, value)
+    after_traces_changed([trace.pk])  # rules may match on the outcome or termination
     return trace

@@ -16,6 +16,7 @@ from reviewapp.ingest.chat import (
     unknown_fields,
 )
 from reviewapp.models import Project, Tag, Trace, TraceSource, TraceTag
+from reviewapp.tasks import after_traces_changed
 
 
 @dataclass
@@ -155,6 +156,13 @@ def _store(
     tagged = [entry for entry in new if entry.item.tags]
     if tagged:
         _tag_new_traces(project=project, tagged=tagged)
+    after_traces_changed(
+        list(
+            Trace.objects.filter(
+                project=project, external_id__in=[entry.item.external_id for entry in new]
+            ).values_list("id", flat=True)
+        )
+    )
 
 
 def _tag_new_traces(*, project: Project, tagged: list[_Accepted]) -> None:

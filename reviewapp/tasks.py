@@ -1,0 +1,45 @@
+"""Celery tasks of the review side (queue `default`): triage and embeddings after ingest.
+
+Each takes ids and is idempotent: a rule looks at a trace once, and a trace whose compact
+text has not changed is not embedded again, so a second delivery does nothing.
+"""
+
+from celery import shared_task
+
+from reviewapp.models import TriageRule
+
+# The services are imported inside the tasks: they import this module to enqueue work.
+
+
+@shared_task(name="reviewapp.triage_traces", acks_late=True)
+def triage_traces(trace_ids: list[int]) -> int:
+    """Route traces that arrived or changed through their projects' enabled rules."""
+    from reviewapp.services.triage import triage_new_traces
+
+    return triage_new_traces(trace_ids=trace_ids)
+
+
+@shared_task(name="reviewapp.run_triage_rule", acks_late=True)
+def run_triage_rule(rule_id: int) -> int:
+    """A rule's "run now": every stored trace of its project it has not looked at yet."""
+    from reviewapp.services.triage import route_traces
+
+    rule = TriageRule.objects.select_related("project", "queue").filter(pk=rule_id).first()
+    if rule is None or not rule.enabled:
+        return 0
+    return route_traces(rule=rule).routed
+
+
+@shared_task(name="reviewapp.embed_traces", acks_late=True)
+def embed_traces(trace_ids: list[int]) -> int:
+    """Embed traces with the bundled sentence model (loaded once per worker process)."""
+    from reviewapp.services.similarity import embed_traces as embed
+
+    return embed(trace_ids=trace_ids)
+
+
+def after_traces_changed(trace_ids: list[int]) -> None:
+    """Triage and embed traces once the transaction that stored them commits."""
+    if trace_ids:
+        triage_traces.delay_on_commit(trace_ids)
+        embed_traces.delay_on_commit(trace_ids)
