@@ -140,9 +140,8 @@ def test_running_a_rule_again_adds_nothing(project, queue):
 
     assert (again.matched, again.routed) == (0, 0)
     assert QueueItem.objects.filter(queue=queue).count() == 2
-    assert list(
-        QueueItem.objects.filter(queue=queue).order_by("position").values_list("position", flat=True)
-    ) == [1, 2]
+    positions = QueueItem.objects.filter(queue=queue).order_by("position")
+    assert list(positions.values_list("position", flat=True)) == [1, 2]
 
 
 def test_a_trace_is_never_queued_twice_by_two_rules(project, queue):
