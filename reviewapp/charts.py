@@ -1,6 +1,6 @@
 """Small server-rendered SVG charts: numbers in, markup out, no script and no CDN."""
 
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 
@@ -30,4 +30,141 @@ def line_chart(
         w=width, h=height, p=pad, iw=width - 2 * pad, ih=height - 2 * pad, points=points,
         top=pad + 4, bottom=height - pad, high=f"{high:.3f}", low=f"{low:.3f}", label=label,
         n=len(numbers), h2=height - 6,
+    )  # fmt: skip
+
+
+SERIES_CLASSES = 6  # distinct line colours in app.css; more series reuse them
+
+
+def _fmt(value: float, percent: bool) -> str:
+    return f"{100 * value:.0f}%" if percent else f"{value:.3g}"
+
+
+def multi_line_chart(
+    x_labels: list[str],
+    series: dict[str, list[float | None]],
+    *,
+    width: int = 560,
+    height: int = 180,
+    label: str = "",
+    percent: bool = False,
+) -> SafeString:
+    """One line per series over shared x labels, a dot per point; None leaves a gap.
+
+    The y axis starts at 0; series names (model versions) are escaped like any other text.
+    """
+    pad, bottom = 36, 34
+    plot_width, plot_height = width - 2 * pad, height - pad - bottom
+    numbers = [value for values in series.values() for value in values if value is not None]
+    peak = max([*numbers, 0.0]) or 1.0
+    step = plot_width / max(len(x_labels) - 1, 1)
+
+    def point(index: int, value: float) -> tuple[str, str]:
+        x = pad + (index * step if len(x_labels) > 1 else plot_width / 2)
+        return f"{x:.1f}", f"{pad + plot_height - value / peak * plot_height:.1f}"
+
+    lines, dots = [], []
+    for number, (name, values) in enumerate(series.items()):
+        css = f"s{number % SERIES_CLASSES}"
+        run: list[str] = []
+        for index, value in enumerate(values):
+            if value is None:
+                if len(run) > 1:
+                    lines.append((css, " ".join(run)))
+                run = []
+                continue
+            x, y = point(index, value)
+            run.append(f"{x},{y}")
+            shown = x_labels[index] if index < len(x_labels) else ""
+            dots.append((css, x, y, name, shown, _fmt(value, percent)))
+        if len(run) > 1:
+            lines.append((css, " ".join(run)))
+    legend = [
+        (f"s{number % SERIES_CLASSES}", pad + 130 * number, height - 14, pad + 130 * number + 14,
+         height - 5, name)
+        for number, name in enumerate(series)
+    ]  # fmt: skip
+    ticks = [
+        (f"{pad + i * step:.1f}", height - bottom + 13, text) for i, text in enumerate(x_labels)
+    ]
+    if len(x_labels) > 8:  # first, middle and last only, so the labels stay readable
+        ticks = [ticks[0], ticks[len(ticks) // 2], ticks[-1]]
+    if len(x_labels) == 1:
+        ticks = [(f"{pad + plot_width / 2:.1f}", height - bottom + 13, x_labels[0])]
+    return format_html(
+        '<svg class="chart lines" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        'aria-label="{label}"><rect x="{p}" y="{p}" width="{pw}" height="{ph}" class="frame"/>'
+        '<text x="2" y="{top}" class="axis">{high}</text>'
+        '<text x="2" y="{base}" class="axis">0</text>'
+        '<text x="{p}" y="{title_y}" class="axis title">{label}</text>'
+        "{lines}{dots}{ticks}{legend}</svg>",
+        w=width, h=height, p=pad, pw=plot_width, ph=plot_height, top=pad + 4,
+        base=pad + plot_height, high=_fmt(peak, percent), label=label, title_y=pad - 8,
+        lines=format_html_join("", '<polyline class="series {}" points="{}"/>', lines),
+        dots=format_html_join(
+            "",
+            '<circle class="dot {}" cx="{}" cy="{}" r="3"><title>{} · {}: {}</title></circle>',
+            dots,
+        ),
+        ticks=format_html_join(
+            "", '<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>', ticks
+        ),
+        legend=format_html_join(
+            "",
+            '<rect class="key {}" x="{}" y="{}" width="10" height="10"/>'
+            '<text x="{}" y="{}" class="axis">{}</text>',
+            legend,
+        ),
+    )  # fmt: skip
+
+
+def stacked_bar_chart(
+    rows: list[tuple[str, dict[str, int]]],
+    keys: list[str],
+    *,
+    width: int = 560,
+    label: str = "",
+) -> SafeString:
+    """One horizontal bar per row, split by key in proportion (e.g. terminations per version)."""
+    pad, row_height, label_width = 8, 22, 150
+    height = pad * 2 + row_height * len(rows) + 22
+    plot_width = width - label_width - 2 * pad
+    segments, names = [], []
+    for number, (row_label, counts) in enumerate(rows):
+        total = sum(counts.values()) or 1
+        y = pad + number * row_height
+        names.append((pad, y + 14, row_label))
+        x = float(label_width)
+        for key in keys:
+            count = counts.get(key, 0)
+            if not count:
+                continue
+            part = count / total * plot_width
+            segments.append(
+                (key, f"{x:.1f}", y + 2, f"{part:.1f}", row_height - 6, row_label, key, count,
+                 f"{100 * count / total:.0f}%")
+            )  # fmt: skip
+            x += part
+    legend_y = pad + row_height * len(rows) + 8
+    legend = [
+        (key, label_width + 92 * index, legend_y, label_width + 92 * index + 13, legend_y + 9, key)
+        for index, key in enumerate(keys)
+    ]
+    return format_html(
+        '<svg class="chart stacked" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        'aria-label="{label}">{names}{segments}{legend}</svg>',
+        w=width, h=height, label=label,
+        names=format_html_join("", '<text x="{}" y="{}" class="axis">{}</text>', names),
+        segments=format_html_join(
+            "",
+            '<rect class="part {}" x="{}" y="{}" width="{}" height="{}">'
+            "<title>{}, {}: {} ({})</title></rect>",
+            segments,
+        ),
+        legend=format_html_join(
+            "",
+            '<rect class="part {}" x="{}" y="{}" width="10" height="10"/>'
+            '<text x="{}" y="{}" class="axis">{}</text>',
+            legend,
+        ),
     )  # fmt: skip

@@ -15,6 +15,8 @@ SORTS = {
     "longest": ("Most messages", "message_count", True),
     "most_tools": ("Most tool calls", "tool_call_count", True),
 }
+# The "adapter" filter's value for traces the base model answered (no adapter version).
+BASE_ADAPTER = "base"
 
 
 class TraceFilterForm(forms.Form):
@@ -64,7 +66,9 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(termination__in=filters["termination"])
     if filters.get("model"):
         traces = traces.filter(model=filters["model"])
-    if filters.get("adapter"):
+    if filters.get("adapter") == BASE_ADAPTER:
+        traces = traces.filter(adapter_version="")
+    elif filters.get("adapter"):
         traces = traces.filter(adapter_version=filters["adapter"])
     outcome = filters.get("outcome")
     if outcome == "success":

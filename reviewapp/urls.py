@@ -4,7 +4,7 @@ from django.urls import path
 
 from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
-from reviewapp.views import projects, queues, traces, training
+from reviewapp.views import monitors, projects, queues, traces, training
 
 project = "p/<slug:slug>/"
 
@@ -51,6 +51,9 @@ urlpatterns = [
     path(f"{project}retrain/", training.retrain, name="retrain"),
     path(f"{project}runs/<int:run_id>/", training.run_detail, name="run_detail"),
     path(f"{project}runs/<int:run_id>/cancel/", training.run_cancel, name="run_cancel"),
+    path(f"{project}monitors/", monitors.monitors, name="monitors"),
+    path(f"{project}monitors/alert-count/", monitors.alert_count, name="alert_count"),
+    path(f"{project}dataset/", monitors.dataset, name="dataset"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     # The recording gateway: OpenAI-compatible, so a harness only changes its base URL.

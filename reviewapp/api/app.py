@@ -2,7 +2,7 @@
 
 from ninja import NinjaAPI
 
-from reviewapp.api import export, otel, runs, traces
+from reviewapp.api import alerts, export, otel, runs, traces
 from reviewapp.api.auth import ProjectKeyAuth
 from reviewapp.api.errors import StrictJsonParser, install_error_handlers
 
@@ -20,3 +20,4 @@ api.add_router("/", traces.router)
 api.add_router("/", otel.router)
 api.add_router("/", export.router)
 api.add_router("/", runs.router)
+api.add_router("/", alerts.router)

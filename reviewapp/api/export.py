@@ -3,21 +3,15 @@
 from collections.abc import Iterator
 
 import orjson
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from reviewapp.api.traces import ERRORS
-from reviewapp.models import (
-    DistillationTarget,
-    Feedback,
-    Project,
-    TargetState,
-    Trace,
-    TraceSource,
-    TraceTag,
-)
+from reviewapp.models import Feedback, Project, Trace, TraceSource, TraceTag
+from reviewapp.services.dataset import TrainingSet, build_training_set
+from reviewapp.services.monitors import FAILURE_TERMINATIONS
 
 router = Router(tags=["export"])
 
@@ -37,7 +31,7 @@ def _line(messages: list[dict], tools: list[dict]) -> bytes:
     return orjson.dumps(record) + b"\n"
 
 
-def _export_lines(project: Project, filters: ExportFilters) -> Iterator[bytes]:
+def _filtered_traces(project: Project, filters: ExportFilters) -> QuerySet[Trace]:
     traces = Trace.objects.filter(project=project)
     if filters.source:
         traces = traces.filter(source=filters.source)
@@ -45,23 +39,32 @@ def _export_lines(project: Project, filters: ExportFilters) -> Iterator[bytes]:
         traces = traces.filter(
             Exists(TraceTag.objects.filter(trace=OuterRef("pk"), tag__name=filters.tag))
         )
+    return traces
+
+
+def _export_lines(
+    traces: QuerySet[Trace], filters: ExportFilters, training_set: TrainingSet
+) -> Iterator[bytes]:
+    # The data policy applies here as in training; what it leaves out is in the response header.
     corrected = Feedback.objects.filter(
         trace__in=traces, correction__isnull=False, turn__isnull=False
-    )
+    ).exclude(trace__termination__in=training_set.policy.excluded_terminations())
     for feedback in corrected.select_related("trace").order_by("id").iterator(chunk_size=200):
         body = feedback.trace.body_json()
         yield _line([*body["messages"][: feedback.turn], feedback.correction], body["tools"])
-    approved = DistillationTarget.objects.filter(
-        feedback__trace__in=traces, state__in=(TargetState.APPROVED, TargetState.EDITED)
-    ).exclude(source="correction")
-    for target in (
-        approved.select_related("feedback__trace").order_by("id").iterator(chunk_size=200)
-    ):
-        tools = target.feedback.trace.body_json()["tools"]
-        yield _line([*target.student_context, target.target], tools)
+    tools_by_trace: dict[int, list] = {}
+    for target in training_set.targets:
+        if target.source == "correction":  # exported above, from its feedback
+            continue
+        trace_id = target.feedback.trace_id
+        if trace_id not in tools_by_trace:
+            tools_by_trace[trace_id] = Trace.objects.get(pk=trace_id).body_json()["tools"]
+        yield _line([*target.student_context, target.target], tools_by_trace[trace_id])
     if filters.include == "reviewed":
         reviewed_good = (
+            # A timed-out or tool-failed episode counts as a failure, whatever it reported.
             traces.filter(success=True)
+            .exclude(termination__in=FAILURE_TERMINATIONS)
             .filter(
                 Exists(TraceTag.objects.filter(trace=OuterRef("pk"), reviewer__isnull=False))
                 | Exists(Feedback.objects.filter(trace=OuterRef("pk")))
@@ -83,8 +86,14 @@ def _export_lines(project: Project, filters: ExportFilters) -> Iterator[bytes]:
 def export_jsonl(request: HttpRequest, filters: Query[ExportFilters]):
     if filters.include not in ("learned", "reviewed"):
         raise HttpError(422, "include: must be 'learned' or 'reviewed'")
+    traces = _filtered_traces(request.auth, filters)
+    try:
+        training_set = build_training_set(project=request.auth, traces=traces)
+    except ValueError as error:
+        raise HttpError(422, f"the project's data policy is invalid: {error}") from None
     response = StreamingHttpResponse(
-        _export_lines(request.auth, filters), content_type="application/jsonl"
+        _export_lines(traces, filters, training_set), content_type="application/jsonl"
     )
+    response["X-Training-Exclusions"] = orjson.dumps(training_set.excluded).decode()
     response["Content-Disposition"] = f'attachment; filename="{request.auth.slug}.jsonl"'
     return response

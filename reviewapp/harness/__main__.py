@@ -29,6 +29,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--tool-failure-rate", type=float, default=0.1, help="0 to 1, injected")
     parser.add_argument("--tool-latency", type=float, default=0.0, help="seconds per tool call")
+    parser.add_argument(
+        "--slow-tool-rate", type=float, default=1.0, help="0 to 1: the calls that take the latency"
+    )
     parser.add_argument("--time-budget", type=float, default=30.0, help="seconds per episode")
     parser.add_argument("--max-steps", type=int, default=3, help="model calls per episode")
     parser.add_argument("--seed", type=int, default=0, help="task order and tool failures")
@@ -50,6 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not 0.0 <= args.tool_failure_rate <= 1.0:
         parser.error("--tool-failure-rate must be between 0 and 1")
+    if not 0.0 <= args.slow_tool_rate <= 1.0:
+        parser.error("--slow-tool-rate must be between 0 and 1")
     if args.tool_latency < 0 or args.time_budget <= 0:
         parser.error("--tool-latency must be >= 0 and --time-budget > 0")
     if args.report_outcomes is None:
@@ -80,6 +85,7 @@ def run_demo(args: argparse.Namespace, client: httpx.Client) -> list[EpisodeResu
         env = ToolEnvironment(
             failure_rate=args.tool_failure_rate,
             latency_s=args.tool_latency,
+            slow_rate=args.slow_tool_rate,
             seed=args.seed * 100_003 + number,  # per episode: reproducible under concurrency
         )
         result = run_episode(

@@ -195,15 +195,21 @@ class ToolEnvironment:
         latency_s: float = 0.0,
         seed: int = 0,
         now: datetime | None = None,
+        slow_rate: float = 1.0,
     ) -> None:
         if not 0.0 <= failure_rate <= 1.0:
             raise ValueError("failure_rate must be between 0 and 1")
         if latency_s < 0:
             raise ValueError("latency_s must not be negative")
+        if not 0.0 <= slow_rate <= 1.0:
+            raise ValueError("slow_rate must be between 0 and 1")
         self.failure_rate = failure_rate
         self.latency_s = latency_s
+        self.slow_rate = slow_rate  # the share of calls that take latency_s; others are instant
         self.fixed_now = now
         self._rng = random.Random(seed)
+        # Its own stream, so adding slowness does not change which calls fail.
+        self._slow_rng = random.Random(seed + 1)
         self.calls = 0
         self.failures = 0  # every error result, injected or not
         self.injected_failures = 0
@@ -214,11 +220,13 @@ class ToolEnvironment:
     def run(self, name: str, arguments: str, *, timeout_s: float | None = None) -> ToolResult:
         """Execute one call; a call slower than timeout_s is abandoned after timeout_s."""
         self.calls += 1
-        if timeout_s is not None and self.latency_s > timeout_s:
+        slow = self.slow_rate >= 1.0 or self._slow_rng.random() < self.slow_rate
+        latency_s = self.latency_s if slow else 0.0
+        if timeout_s is not None and latency_s > timeout_s:
             time.sleep(max(timeout_s, 0.0))
             self.failures += 1
             return ToolResult(f"{ERROR_PREFIX} {name} timed out", failed=True, timed_out=True)
-        time.sleep(self.latency_s)
+        time.sleep(latency_s)
         # Draw for every call, so which calls fail depends on the seed and not on the arguments.
         if self._rng.random() < self.failure_rate:
             self.failures += 1

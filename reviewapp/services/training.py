@@ -15,6 +15,7 @@ from reviewapp.models import (
     TargetState,
     TrainingRun,
 )
+from reviewapp.services.dataset import build_training_set
 from training.config import TrainingConfig
 
 # A worker reports at least once a minute while it holds a run; past this it is presumed dead.
@@ -48,17 +49,30 @@ def start_retrain(*, project: Project, mode: str = "sft", created_by=None) -> Tr
     Project.objects.select_for_update().filter(pk=project.pk).first()  # one starter at a time
     if TrainingRun.objects.filter(project=project, status__in=ACTIVE_RUN_STATUSES).exists():
         raise RetrainError("a run is already in progress for this project")
-    targets = list(approved_targets(project))
-    if not targets:
+    if not approved_targets(project).exists():
         raise RetrainError("nothing is approved yet: approve some targets first")
+    try:
+        training_set = build_training_set(project=project)
+    except ValueError as error:
+        raise RetrainError(f"the project's data policy is invalid: {error}") from None
+    if not training_set.targets:
+        left_out = ", ".join(
+            f"{count} {label}" for _, label, count in training_set.exclusion_rows() if count
+        )
+        raise RetrainError(f"every approved target is left out of training: {left_out}")
     try:
         config = training_config_for(project, mode=mode)
     except ValueError as error:
         raise RetrainError(f"the project's training policy is invalid: {error}") from None
     run = TrainingRun.objects.create(
-        project=project, mode=mode, config=json.loads(config.to_json()), created_by=created_by
+        project=project,
+        mode=mode,
+        config=json.loads(config.to_json()),
+        created_by=created_by,
+        # What was left out of this run and why, next to the eval results the worker adds.
+        metrics={"exclusions": training_set.as_json()},
     )
-    run.targets.set(targets)
+    run.targets.set(training_set.targets)
     run_training.delay_on_commit(run.pk)
     return run
 

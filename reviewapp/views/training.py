@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from reviewapp.charts import line_chart
 from reviewapp.models import Adapter, DistillationTarget, Feedback, TargetState, TrainingRun
+from reviewapp.services.dataset import build_training_set
 from reviewapp.services.targets import review_target
 from reviewapp.services.training import (
     RetrainError,
@@ -130,8 +131,18 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
         "runs": TrainingRun.objects.filter(project=project).order_by("-created_at")[:10],
         "policy": project.settings.get("training") or {},
         "error": error,
+        **_training_data_context(project),
     }
     return render(request, "training/retrain.html", context, status=422 if error else 200)
+
+
+def _training_data_context(project) -> dict:
+    """The data policy and what it leaves out, from the training-data accounting."""
+    try:
+        training_set = build_training_set(project=project)
+    except ValueError as problem:
+        return {"data_policy_error": str(problem)}
+    return {"data_policy": training_set.policy, "training_set": training_set}
 
 
 @login_required

@@ -1,0 +1,187 @@
+"""Training-data accounting: what goes into a training set, and why each thing left out is out.
+
+Nothing leaves silently. Every distillation target of the project, and every feedback that has
+no target yet, is a candidate; each candidate is either included or counted under exactly one
+reason, so included + excluded = total. Timed-out and tool-failed traces stay by default (their
+feedback teaches like any other, and the monitors count them as failures); the project's data
+policy, `Project.settings["data_policy"]`, can exclude them, and then they are counted too.
+"""
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import orjson
+from django.db import transaction
+from django.db.models import QuerySet
+
+from reviewapp.models import (
+    DistillationTarget,
+    Feedback,
+    FeedbackStatus,
+    Project,
+    TargetState,
+    Termination,
+    Trace,
+)
+
+POLICY_CHOICES = ("keep", "exclude")
+
+# Reasons in the order they are tested: a candidate is counted under the first that applies.
+REASONS = {
+    "feedback_dismissed": "feedback dismissed",
+    "feedback_without_targets": "feedback without targets yet",
+    "target_not_reviewed": "target not reviewed yet",
+    "target_rejected": "target rejected by a reviewer",
+    "fails_checks": "target fails its feedback's checks",
+    "policy_timeout": "trace timed out (data policy: exclude)",
+    "policy_tool_error": "trace ended in a tool error (data policy: exclude)",
+    "duplicate": "duplicate of another target (same context and reply)",
+}
+
+
+@dataclass(frozen=True)
+class DataPolicy:
+    """What happens to the training data of troubled traces; "keep" or "exclude" each."""
+
+    timeout: str = "keep"  # traces whose termination is timeout
+    tool_error: str = "keep"  # traces whose termination is tool_error
+    failing_checks: str = "exclude"  # approved targets that fail their feedback's checks
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value not in POLICY_CHOICES:
+                raise ValueError(f"{name}: must be one of {', '.join(POLICY_CHOICES)}")
+
+    @classmethod
+    def from_json(cls, value: object) -> "DataPolicy":
+        if value in (None, {}):
+            return cls()
+        if not isinstance(value, dict):
+            raise ValueError("data_policy: must be an object")
+        unknown = set(value) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"data_policy: unknown field {sorted(unknown)[0]!r}")
+        return cls(**value)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def excluded_terminations(self) -> tuple[str, ...]:
+        return tuple(
+            termination
+            for termination, choice in (
+                (Termination.TIMEOUT, self.timeout),
+                (Termination.TOOL_ERROR, self.tool_error),
+            )
+            if choice == "exclude"
+        )
+
+
+def data_policy_for(project: Project) -> DataPolicy:
+    """The project's data policy; raises ValueError when what is stored is not valid."""
+    return DataPolicy.from_json(project.settings.get("data_policy"))
+
+
+@transaction.atomic
+def set_data_policy(*, project: Project, policy: DataPolicy) -> Project:
+    """Store the policy; the rest of the project's settings are left as they are."""
+    locked = Project.objects.select_for_update().get(pk=project.pk)
+    locked.settings = {**locked.settings, "data_policy": policy.to_json()}
+    locked.save(update_fields=["settings"])
+    return locked
+
+
+@dataclass
+class TrainingSet:
+    policy: DataPolicy
+    targets: list[DistillationTarget]
+    excluded: dict[str, int]  # reason -> count, every reason present (0 when none)
+    # Included targets from traces that ended badly: kept by the policy, counted as failures.
+    kept_failures: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def included(self) -> int:
+        return len(self.targets)
+
+    @property
+    def total(self) -> int:
+        return self.included + sum(self.excluded.values())
+
+    def exclusion_rows(self) -> list[tuple[str, str, int]]:
+        """(reason, label, count) in the order the reasons are tested."""
+        return [(reason, REASONS[reason], self.excluded[reason]) for reason in REASONS]
+
+    def as_json(self) -> dict:
+        return {
+            "total": self.total,
+            "included": self.included,
+            "excluded": dict(self.excluded),
+            "kept_failures": dict(self.kept_failures),
+            "policy": self.policy.to_json(),
+        }
+
+
+def _exclusion_reason(target: DistillationTarget, policy: DataPolicy) -> str | None:
+    if target.state == TargetState.PROPOSED:
+        return "target_not_reviewed"
+    if target.state == TargetState.REJECTED:
+        return "target_rejected"
+    # An edited target was rewritten by a reviewer: the checks judged the teacher's text.
+    if (
+        target.state == TargetState.APPROVED
+        and not target.passes_checks
+        and policy.failing_checks == "exclude"
+    ):
+        return "fails_checks"
+    termination = target.feedback.trace.termination
+    if termination in policy.excluded_terminations():
+        return f"policy_{termination}"
+    return None
+
+
+def build_training_set(
+    *, project: Project, traces: QuerySet[Trace] | None = None, policy: DataPolicy | None = None
+) -> TrainingSet:
+    """The targets a run would learn from, and a count per reason of everything left out.
+
+    `traces` narrows the candidates to feedback on those traces (the export's filters);
+    raises ValueError when the project's stored data policy is not valid.
+    """
+    policy = policy or data_policy_for(project)
+    feedback = Feedback.objects.filter(trace__project=project)
+    if traces is not None:
+        feedback = feedback.filter(trace__in=traces)
+    excluded: Counter[str] = Counter({reason: 0 for reason in REASONS})
+    for row in feedback.filter(targets__isnull=True).values("status"):
+        dismissed = row["status"] == FeedbackStatus.DISMISSED
+        excluded["feedback_dismissed" if dismissed else "feedback_without_targets"] += 1
+
+    candidates = (
+        DistillationTarget.objects.filter(feedback__in=feedback)
+        .select_related("feedback__trace")
+        .defer("feedback__trace__body", "feedback__trace__metadata")
+        .order_by("id")
+    )
+    included: list[DistillationTarget] = []
+    seen: set[bytes] = set()
+    kept_failures: Counter[str] = Counter()
+    for target in candidates.iterator(chunk_size=500):
+        reason = _exclusion_reason(target, policy)
+        if reason is None:
+            key = orjson.dumps([target.student_context, target.target], option=orjson.OPT_SORT_KEYS)
+            if key in seen:
+                reason = "duplicate"
+            seen.add(key)
+        if reason is not None:
+            excluded[reason] += 1
+            continue
+        included.append(target)
+        termination = target.feedback.trace.termination
+        if termination in (Termination.TIMEOUT, Termination.TOOL_ERROR):
+            kept_failures[termination] += 1
+    return TrainingSet(
+        policy=policy,
+        targets=included,
+        excluded=dict(excluded),
+        kept_failures=dict(kept_failures),
+    )

@@ -1,0 +1,296 @@
+"""Environment monitors: how each model version meets its environment, and how that changes.
+
+Counts, rates and averages come from the trace summary columns, aggregated in SQL, so a project
+of any size is one grouped query per view. What only a body can tell (which tool calls failed,
+how long the answers are) comes from a bounded sample of bodies: the newest traces of each
+version and time bucket, `BODY_BUDGET` bodies at most whatever the project's size.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.db.models import (
+    Avg,
+    Count,
+    Exists,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Sum,
+    Window,
+)
+from django.db.models.functions import RowNumber, TruncDay, TruncHour
+from django.urls import reverse
+
+from reviewapp.filters import BASE_ADAPTER
+from reviewapp.models import Feedback, Project, Termination, Trace
+from reviewapp.rendering import content_text, looks_like_tool_error
+
+BUCKETS = {"day": TruncDay, "hour": TruncHour}
+BODY_BUDGET = 2000  # bodies opened per monitor, at most
+MIN_SAMPLE_PER_GROUP = 20  # per version and bucket, when the budget allows fewer
+EXAMPLES_KEPT = 5  # trace ids kept as evidence per version and per tool
+# An episode that ended like this is a failure whatever its reported success said.
+FAILURE_TERMINATIONS = (
+    Termination.TIMEOUT,
+    Termination.TOOL_ERROR,
+    Termination.MAX_STEPS,
+    Termination.ERROR,
+)
+
+
+def _rate(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+@dataclass(frozen=True)
+class Version:
+    """A model version as the traces name it: the served model and the adapter that answered."""
+
+    model: str
+    adapter_version: str
+
+    @property
+    def label(self) -> str:
+        if self.adapter_version:
+            return self.adapter_version
+        return f"{self.model} (base)" if self.model else "unknown model"
+
+    def trace_filters(self) -> dict:
+        """The trace-list filters that select exactly this version's traces."""
+        filters = {"adapter": self.adapter_version or BASE_ADAPTER}
+        if self.model:
+            filters["model"] = self.model
+        return filters
+
+
+@dataclass
+class ToolStats:
+    calls: int = 0  # tool results seen in the sampled bodies
+    errors: int = 0
+    error_examples: list[int] = field(default_factory=list)  # trace ids
+
+    @property
+    def error_rate(self) -> float | None:
+        return _rate(self.errors, self.calls)
+
+
+@dataclass
+class BodyStats:
+    """What the sampled bodies of one group say."""
+
+    traces: int = 0
+    answers: int = 0  # assistant turns with text and no tool call
+    answer_words: int = 0
+    tools: dict[str, ToolStats] = field(default_factory=lambda: defaultdict(ToolStats))
+
+    @property
+    def tool_results(self) -> int:
+        return sum(stats.calls for stats in self.tools.values())
+
+    @property
+    def tool_errors(self) -> int:
+        return sum(stats.errors for stats in self.tools.values())
+
+    @property
+    def tool_error_rate(self) -> float | None:
+        return _rate(self.tool_errors, self.tool_results)
+
+    @property
+    def words_per_answer(self) -> float | None:
+        return _rate(self.answer_words, self.answers)
+
+    @property
+    def error_examples(self) -> list[int]:
+        ids = sorted({i for stats in self.tools.values() for i in stats.error_examples})
+        return ids[-EXAMPLES_KEPT:]
+
+
+@dataclass
+class GroupStats:
+    """One version, overall or in one time bucket."""
+
+    version: Version
+    bucket: datetime | None
+    traces: int
+    terminations: dict[str, int]
+    tool_calls: int
+    completion_tokens: float | None  # mean over the traces that report usage
+    succeeded: int
+    failed: int  # success False, or a failure termination
+    reward: float | None
+    with_feedback: int
+    first_seen: datetime | None = None
+    body: BodyStats = field(default_factory=BodyStats)
+
+    @property
+    def timeout_rate(self) -> float | None:
+        return _rate(self.terminations.get(Termination.TIMEOUT, 0), self.traces)
+
+    @property
+    def tool_error_termination_rate(self) -> float | None:
+        return _rate(self.terminations.get(Termination.TOOL_ERROR, 0), self.traces)
+
+    @property
+    def tool_calls_per_trace(self) -> float | None:
+        return _rate(self.tool_calls, self.traces)
+
+    @property
+    def success_rate(self) -> float | None:
+        return _rate(self.succeeded, self.succeeded + self.failed)
+
+    @property
+    def feedback_rate(self) -> float | None:
+        return _rate(self.with_feedback, self.traces)
+
+    def rate_of(self, terminations: tuple[str, ...]) -> float | None:
+        return _rate(sum(self.terminations.get(name, 0) for name in terminations), self.traces)
+
+
+@dataclass
+class Monitor:
+    bucket: str
+    versions: list[GroupStats]  # oldest version first
+    series: list[GroupStats]  # per version and bucket, in time order
+    bodies_read: int
+
+    @property
+    def buckets(self) -> list[datetime]:
+        return sorted({group.bucket for group in self.series if group.bucket is not None})
+
+
+def _aggregates() -> dict:
+    failure = Q(termination__in=FAILURE_TERMINATIONS)
+    counts = {f"n_{name}": Count("id", filter=Q(termination=name)) for name in Termination.values}
+    return {
+        "traces": Count("id"),
+        "first_seen": Min("received_at"),
+        "last_seen": Max("received_at"),
+        "tool_calls": Sum("tool_call_count"),
+        "completion_tokens": Avg("completion_tokens"),
+        "succeeded": Count("id", filter=Q(success=True) & ~failure),
+        "failed": Count("id", filter=Q(success=False) | failure),
+        "reward": Avg("reward"),
+        "with_feedback": Count(
+            "id", filter=Q(Exists(Feedback.objects.filter(trace=OuterRef("pk"))))
+        ),
+        **counts,
+    }
+
+
+def _group(row: dict, bucket: datetime | None) -> GroupStats:
+    return GroupStats(
+        version=Version(row["model"], row["adapter_version"]),
+        bucket=bucket,
+        traces=row["traces"],
+        terminations={name: row[f"n_{name}"] for name in Termination.values if row[f"n_{name}"]},
+        tool_calls=row["tool_calls"] or 0,
+        completion_tokens=row["completion_tokens"],
+        succeeded=row["succeeded"],
+        failed=row["failed"],
+        reward=row["reward"],
+        with_feedback=row["with_feedback"],
+        first_seen=row["first_seen"],
+    )
+
+
+def _read_body(stats: BodyStats, trace_id: int, messages: list) -> None:
+    stats.traces += 1
+    tool_names: dict[str, str] = {}
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "assistant":
+            calls = message.get("tool_calls") or ()
+            for call in calls:
+                if isinstance(call, dict):
+                    name = (call.get("function") or {}).get("name") or "unknown"
+                    tool_names[call.get("id", "")] = str(name)
+            text = content_text(message.get("content")).strip()
+            if text and not calls:
+                stats.answers += 1
+                stats.answer_words += len(text.split())
+        elif role == "tool":
+            name = tool_names.get(message.get("tool_call_id", ""), "unknown")
+            tool = stats.tools[name]
+            tool.calls += 1
+            if looks_like_tool_error(content_text(message.get("content"))):
+                tool.errors += 1
+                if len(tool.error_examples) < EXAMPLES_KEPT:
+                    tool.error_examples.append(trace_id)
+
+
+def _sample_bodies(
+    traces: QuerySet[Trace], trunc, groups: list[GroupStats], versions: list[GroupStats]
+) -> int:
+    """Fill each group's and version's BodyStats from the newest bodies of each group."""
+    if not groups:
+        return 0
+    per_group = max(MIN_SAMPLE_PER_GROUP, BODY_BUDGET // len(groups))
+    ranked = (
+        traces.order_by()
+        .annotate(
+            bucket=trunc("received_at"),
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("model"), F("adapter_version"), trunc("received_at")],
+                order_by=F("id").desc(),
+            ),
+        )
+        .filter(rank__lte=per_group)
+        .values_list("id", flat=True)
+    )
+    ids = list(ranked[: max(BODY_BUDGET, MIN_SAMPLE_PER_GROUP * len(groups))])
+    by_group = {(group.version, group.bucket): group for group in groups}
+    by_version = {group.version: group for group in versions}
+    rows = (
+        Trace.objects.filter(pk__in=ids)
+        .annotate(bucket=trunc("received_at"))
+        .order_by("id")
+        .values_list("id", "model", "adapter_version", "bucket", "body")
+    )
+    for trace_id, model, adapter_version, bucket, body in rows.iterator(chunk_size=200):
+        version = Version(model, adapter_version)
+        trace = Trace(body=body)
+        messages = trace.body_json().get("messages") or []
+        _read_body(by_group[(version, bucket)].body, trace_id, messages)
+        _read_body(by_version[version].body, trace_id, messages)
+    return len(ids)
+
+
+def compute_monitor(
+    *, traces: QuerySet[Trace], bucket: str = "day", read_bodies: bool = True
+) -> Monitor:
+    """Per-version and per-bucket stats of these traces (a project's, already filtered).
+
+    `read_bodies=False` skips the body sample: SQL only, for pages that need no tool stats.
+    """
+    trunc = BUCKETS[bucket]
+    traces = traces.order_by()
+    aggregates = _aggregates()
+    versions = [
+        _group(row, None)
+        for row in traces.values("model", "adapter_version").annotate(**aggregates)
+    ]
+    versions.sort(key=lambda group: (group.first_seen, group.version.label))
+    series = [
+        _group(row, row["bucket"])
+        for row in traces.annotate(bucket=trunc("received_at"))
+        .values("model", "adapter_version", "bucket")
+        .annotate(**aggregates)
+    ]
+    series.sort(key=lambda group: (group.bucket, group.version.label))
+    bodies_read = _sample_bodies(traces, trunc, series, versions) if read_bodies else 0
+    return Monitor(bucket=bucket, versions=versions, series=series, bodies_read=bodies_read)
+
+
+def evidence_url(project: Project, filters: dict, **extra) -> str:
+    """The trace list that shows the traces behind a number: the page's filters plus `extra`."""
+    query = {key: value for key, value in {**filters, **extra}.items() if value not in ("", None)}
+    return reverse("trace_list", args=[project.slug]) + "?" + urlencode(query, doseq=True)
