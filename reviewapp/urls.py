@@ -4,7 +4,7 @@ from django.urls import path
 
 from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
-from reviewapp.views import monitors, projects, queues, traces, training
+from reviewapp.views import monitors, projects, queues, traces, training, triage
 
 project = "p/<slug:slug>/"
 
@@ -29,6 +29,18 @@ urlpatterns = [
         traces.feedback_delete,
         name="feedback_delete",
     ),
+    path(f"{project}traces/<int:trace_id>/similar/", triage.trace_similar, name="trace_similar"),
+    path(
+        f"{project}traces/<int:trace_id>/similar/apply/",
+        triage.trace_apply_feedback,
+        name="trace_apply_feedback",
+    ),
+    path(f"{project}triage/", triage.triage_rules, name="triage_rules"),
+    path(f"{project}triage/rules/<int:rule_id>/", triage.triage_rule_edit, name="triage_rule_edit"),
+    path(
+        f"{project}triage/rules/<int:rule_id>/run/", triage.triage_rule_run, name="triage_rule_run"
+    ),
+    path(f"{project}triage/clusters/", triage.failure_clusters_page, name="failure_clusters"),
     path(f"{project}tags/", projects.tag_list, name="tag_list"),
     path(f"{project}keys/", projects.api_keys, name="api_keys"),
     path(f"{project}keys/<int:key_id>/revoke/", projects.api_key_revoke, name="api_key_revoke"),
