@@ -33,6 +33,77 @@ def line_chart(
     )  # fmt: skip
 
 
+def bar_chart(
+    labels: list[str],
+    series: dict[str, list[float]],
+    *,
+    width: int = 560,
+    height: int = 180,
+    label: str = "",
+) -> SafeString:
+    """Grouped bars: one group per label, one bar per series (a legend names them); values >= 0.
+
+    Labels and series names may come from users (tag names), so every text goes through escaping.
+    """
+    pad, bottom = 28, 36
+    names = list(series)
+    peak = max([float(value) for values in series.values() for value in values] + [0.0]) or 1.0
+    group_width = (width - 2 * pad) / max(len(labels), 1)
+    bar_width = group_width * 0.8 / max(len(names), 1)
+    plot_height = height - pad - bottom
+    bars, values_text, labels_text = [], [], []
+    for group, group_label in enumerate(labels):
+        left = pad + group * group_width + group_width * 0.1
+        for index, name in enumerate(names):
+            values = series[name]
+            value = float(values[group]) if group < len(values) else 0.0
+            bar_height = value / peak * plot_height
+            x, y = left + index * bar_width, pad + plot_height - bar_height
+            shown = f"{value:g}" if value == int(value) else f"{value:.3f}"
+            bars.append(
+                (index % 4, f"{x:.1f}", f"{y:.1f}", f"{max(bar_width - 2, 1):.1f}",
+                 f"{bar_height:.1f}", name, group_label, shown)
+            )  # fmt: skip
+            values_text.append((f"{x + bar_width / 2 - 1:.1f}", f"{y - 3:.1f}", shown))
+        labels_text.append(
+            (f"{pad + (group + 0.5) * group_width:.1f}", height - bottom + 14, group_label)
+        )
+    # The legend shares the bottom line with the chart's label, clear of the bars.
+    legend = [
+        (index % 4, width // 3 + 120 * index, height - 13, width // 3 + 120 * index + 14,
+         height - 4, name)
+        for index, name in enumerate(names)
+    ]  # fmt: skip
+    return format_html(
+        '<svg class="chart bars" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        'aria-label="{label}"><line x1="{p}" y1="{base}" x2="{right}" y2="{base}" class="frame"/>'
+        "{bars}{values}{labels}{legend}"
+        '<text x="{p}" y="{h2}" class="axis">{label}</text></svg>',
+        w=width, h=height, p=pad, base=height - bottom, right=width - pad, label=label,
+        h2=height - 4,
+        bars=format_html_join(
+            "",
+            '<rect class="bar s{}" x="{}" y="{}" width="{}" height="{}">'
+            "<title>{}, {}: {}</title></rect>",
+            bars,
+        ),
+        values=format_html_join(
+            "", '<text x="{}" y="{}" class="value" text-anchor="middle">{}</text>', values_text
+        ),
+        labels=format_html_join(
+            "",
+            '<text x="{}" y="{}" class="axis" text-anchor="middle">{}</text>',
+            labels_text,
+        ),
+        legend=format_html_join(
+            "",
+            '<rect class="bar s{}" x="{}" y="{}" width="10" height="10"/>'
+            '<text x="{}" y="{}" class="axis">{}</text>',
+            legend,
+        ),
+    )  # fmt: skip
+
+
 SERIES_CLASSES = 6  # distinct line colours in app.css; more series reuse them
 
 

@@ -4,7 +4,7 @@ from django.urls import path
 
 from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
-from reviewapp.views import monitors, projects, queues, traces, training, triage
+from reviewapp.views import adapters, monitors, projects, queues, traces, training, triage
 
 project = "p/<slug:slug>/"
 
@@ -63,6 +63,22 @@ urlpatterns = [
     path(f"{project}retrain/", training.retrain, name="retrain"),
     path(f"{project}runs/<int:run_id>/", training.run_detail, name="run_detail"),
     path(f"{project}runs/<int:run_id>/cancel/", training.run_cancel, name="run_cancel"),
+    path(f"{project}adapters/", adapters.adapter_list, name="adapter_list"),
+    path(f"{project}adapters/<int:version>/", adapters.adapter_detail, name="adapter_detail"),
+    path(
+        f"{project}adapters/<int:version>/deploy/", adapters.adapter_deploy, name="adapter_deploy"
+    ),
+    path(
+        f"{project}adapters/<int:version>/promote/",
+        adapters.adapter_promote,
+        name="adapter_promote",
+    ),
+    path(f"{project}adapters/<int:version>/share/", adapters.adapter_share, name="adapter_share"),
+    path(
+        f"{project}adapters/<int:version>/rollback/",
+        adapters.adapter_rollback,
+        name="adapter_rollback",
+    ),
     path(f"{project}monitors/", monitors.monitors, name="monitors"),
     path(f"{project}monitors/alert-count/", monitors.alert_count, name="alert_count"),
     path(f"{project}dataset/", monitors.dataset, name="dataset"),

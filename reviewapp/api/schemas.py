@@ -69,9 +69,13 @@ class FeedbackOut(Schema):
     created_at: datetime
 
 
+class ReviewedFeedbackOut(FeedbackOut):
+    adapters: list[str]  # the adapter versions that learned from it, oldest first
+
+
 class ReviewStateOut(Schema):
     tags: list[str]
-    feedback: list[FeedbackOut]
+    feedback: list[ReviewedFeedbackOut]
     reviewed: bool
 
 

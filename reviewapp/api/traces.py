@@ -11,6 +11,7 @@ from ninja.errors import HttpError
 
 from reviewapp.api import schemas
 from reviewapp.ingest.chat import text_problem
+from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Project, Trace, TraceSource, TraceTag
 from reviewapp.services.feedback import FeedbackError, record_feedback, record_outcome
 from reviewapp.services.ingest import ingest_traces
@@ -150,7 +151,12 @@ def get_trace(request: HttpRequest, external_id: str):
     trace = _get_trace_for_project(request.auth, external_id)
     body = trace.body_json()
     tags = sorted(set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True)))
-    feedback = [_feedback_json(item) for item in trace.feedback.order_by("id")]
+    feedback_rows = list(trace.feedback.order_by("id"))
+    learned_by = adapters_by_feedback([item.pk for item in feedback_rows])
+    feedback = [
+        {**_feedback_json(item), "adapters": [a.name for a in learned_by.get(item.pk, [])]}
+        for item in feedback_rows
+    ]
     return {
         "external_id": trace.external_id,
         "source": trace.source,

@@ -68,3 +68,17 @@ def rollback(*, project: Project) -> None:
     route.updated_at = timezone.now()
     route.save()
     transaction.on_commit(forget_cached_routes)
+
+
+@transaction.atomic
+def set_canary_share(*, project: Project, share: int) -> None:
+    """Send `share`% of the alias to the canary; promoting or dropping it are other buttons."""
+    if not 0 < share < 100:
+        raise ValueError("a canary share is between 1 and 99 percent")
+    route = ModelRoute.objects.select_for_update().filter(project=project).first()
+    if route is None or not route.canary:
+        raise DeployError("there is no canary to change the share of")
+    route.canary_share = share
+    route.updated_at = timezone.now()
+    route.save()
+    transaction.on_commit(forget_cached_routes)

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from reviewapp.filters import TraceFilterForm, after_cursor, cursor_for, filtered_traces
 from reviewapp.forms import FeedbackForm
+from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Tag, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
 from reviewapp.services.feedback import FeedbackError, record_feedback
@@ -89,6 +90,10 @@ def _review_context(request: HttpRequest, membership, trace) -> dict:
     all_tags = list(
         TraceTag.objects.filter(trace=trace).select_related("tag", "reviewer").order_by("tag__name")
     )
+    feedback_list = list(trace.feedback.select_related("reviewer").order_by("id"))
+    learned_by = adapters_by_feedback([feedback.pk for feedback in feedback_list])
+    for feedback in feedback_list:
+        feedback.learned_by = learned_by.get(feedback.pk, [])
     return {
         "membership": membership,
         "project": membership.project,
@@ -96,7 +101,7 @@ def _review_context(request: HttpRequest, membership, trace) -> dict:
         "tags": list(Tag.objects.filter(project=membership.project).order_by("name")[: 9 * 4]),
         "my_tag_ids": my_tag_ids,
         "all_trace_tags": all_tags,
-        "feedback_list": list(trace.feedback.select_related("reviewer").order_by("id")),
+        "feedback_list": feedback_list,
         # Blind queues: nobody else's work shows until this reviewer has finished the item.
         "hide_others": blinds_reviewer(trace=trace, reviewer=request.user),
     }
