@@ -305,3 +305,39 @@ def test_another_projects_trace_cannot_be_ticked(traces, bob, other_project):
 
     assert response.status_code == 422
     assert not Feedback.objects.filter(trace=theirs).exists()
+
+
+def test_no_trace_or_rule_text_becomes_markup_on_the_triage_pages(project, alice, queue):
+    from tests.e2e.test_xss import PAYLOADS, MarkupFromContent, payload_trace
+
+    ingest_traces(
+        project=project,
+        raw_items=[payload_trace(index, payload) for index, payload in enumerate(PAYLOADS)],
+    )
+    stored = list(project.traces.order_by("id"))
+    for index, (trace, payload) in enumerate(zip(stored, PAYLOADS, strict=True)):
+        vector = np.zeros(similarity.DIMENSIONS, dtype=np.float32)
+        vector[index % 3] = 1
+        TraceEmbedding.objects.create(
+            project=project,
+            trace=trace,
+            model_name=similarity.MODEL_NAME,
+            vector=similarity.to_bytes(vector),
+            content_hash="by hand",
+        )
+        record_feedback(trace=trace, text=payload)
+        tag = Tag.objects.get(project=project, name=payload[:100])
+        TraceTag.objects.create(trace=trace, tag=tag, reviewer=alice)
+        TriageRule.objects.create(
+            project=project, name=payload[:200], queue=queue, text=payload[:200]
+        )
+    client = logged_in(alice)
+    pages = ["/p/acme/triage/", "/p/acme/triage/clusters/"] + [
+        f"/p/acme/traces/{trace.pk}/similar/" for trace in stored[:5]
+    ]
+    for url in pages:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        parser = MarkupFromContent()
+        parser.feed(response.content.decode().split("<main>", 1)[-1])  # the page, not the nav
+        assert parser.problems == [], url
