@@ -1,0 +1,176 @@
+"""The monitors page, the nav's alert count, the training-data page and GET /api/v1/alerts."""
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+
+from reviewapp.services.feedback import record_feedback
+from reviewapp.services.ingest import ingest_traces
+from tests.factories import ApiClient, make_trace
+from tests.reviewapp.scenarios import SHORT_ANSWER, play
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _two_versions(project) -> None:
+    """agent-1: 20 completed traces; agent-2: 20 traces, 8 of them timed out."""
+    ingest_traces(
+        project=project,
+        raw_items=[make_trace(f"one-{i}", model="agent-1") for i in range(20)],
+    )
+    ingest_traces(
+        project=project,
+        raw_items=[
+            make_trace(f"two-{i}", model="agent-2", termination="timeout" if i < 8 else "completed")
+            for i in range(20)
+        ],
+    )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    cache.clear()
+
+
+def test_the_page_shows_each_version_with_numbers_that_link_to_their_traces(victor, project):
+    _two_versions(project)
+    html = logged_in(victor).get("/p/acme/monitors/").content.decode()
+    assert "agent-1 (base)" in html and "agent-2 (base)" in html
+    assert (
+        '<a href="/p/acme/traces/?adapter=base&amp;model=agent-2&amp;termination=timeout">40.0%</a>'
+        in html
+    )
+    assert html.count("<svg") == 7  # six metrics over time and the terminations
+    assert "timeouts_rising" in html and "40% of traces timed out (8 of 20)" in html
+
+
+def test_an_evidence_link_lists_exactly_the_traces_behind_the_number(victor, project):
+    _two_versions(project)
+    html = (
+        logged_in(victor)
+        .get("/p/acme/traces/?adapter=base&model=agent-2&termination=timeout")
+        .content.decode()
+    )
+    assert html.count('class="termination-timeout"') == 8
+    assert "one-" not in html
+
+
+def test_filters_narrow_the_monitors_and_htmx_gets_the_fragment(victor, project):
+    _two_versions(project)
+    client = logged_in(victor)
+    html = client.get("/p/acme/monitors/", {"model": "agent-1"}).content.decode()
+    assert "agent-1 (base)" in html and "agent-2 (base)" not in html
+    response = client.get(
+        "/p/acme/monitors/", {"bucket": "hour", "model": "agent-2"}, headers={"HX-Request": "true"}
+    )
+    fragment = response.content.decode()
+    assert response.status_code == 200
+    assert fragment.lstrip().startswith('<div id="monitor-results">')
+    assert "Over time (hour)" in fragment
+    # Evidence links keep the page's filters.
+    assert "/p/acme/traces/?model=agent-2&amp;adapter=base" in fragment
+
+
+def test_a_bad_filter_is_422_not_500(victor, project):
+    response = logged_in(victor).get("/p/acme/monitors/", {"since": "yesterday", "bucket": "week"})
+    assert response.status_code == 422
+    assert "Enter a valid date" in response.content.decode()
+
+
+def test_the_seed_scenario_shows_its_alert_on_the_page(bob, project, api_key):
+    play(project=project, api_key=api_key, adapter_version="acme-v1", episodes=20, seed=1)
+    play(
+        project=project, api_key=api_key, adapter_version="acme-v2", episodes=20,
+        answer=SHORT_ANSWER, tool_failure_rate=0.3, seed=2,
+    )  # fmt: skip
+    html = logged_in(bob).get("/p/acme/monitors/").content.decode()
+    assert "shrinking_under_tool_errors" in html
+    assert "acme-v1 → acme-v2" in html
+    assert "<code>calculator</code>" in html or "<code>lookup</code>" in html
+
+
+def test_the_nav_shows_the_alert_count(victor, project):
+    client = logged_in(victor)
+    assert "badge" not in client.get("/p/acme/monitors/alert-count/").content.decode()
+    _two_versions(project)
+    cache.clear()
+    html = client.get("/p/acme/monitors/alert-count/").content.decode()
+    assert 'class="badge alert"' in html and ">1<" in html
+    page = client.get("/p/acme/traces/").content.decode()
+    assert 'hx-get="/p/acme/monitors/alert-count/"' in page and 'href="/p/acme/monitors/"' in page
+
+
+@pytest.mark.parametrize("path", ["monitors/", "monitors/alert-count/", "dataset/"])
+def test_other_projects_members_get_404_and_strangers_the_login(mallory, project, path):
+    assert logged_in(mallory).get(f"/p/acme/{path}").status_code == 404
+    response = Client().get(f"/p/acme/{path}")
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def test_the_dataset_page_counts_what_is_left_out(victor, project):
+    ingest_traces(project=project, raw_items=[make_trace("t-1")])
+    record_feedback(trace=project.traces.get(), text="No target yet.", turn=4)
+    html = logged_in(victor).get("/p/acme/dataset/").content.decode()
+    assert '<strong id="included-count">0</strong> of 1 candidates' in html
+    assert "feedback without targets yet" in html
+    # A viewer reads the policy; only admins get the form.
+    assert "Timed-out traces: keep" in html and 'action="/p/acme/dataset/"' not in html
+
+
+def test_an_admin_changes_the_data_policy(alice, project):
+    response = logged_in(alice).post(
+        "/p/acme/dataset/", {"timeout": "exclude", "tool_error": "keep", "failing_checks": "keep"}
+    )
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert project.settings["data_policy"] == {
+        "timeout": "exclude", "tool_error": "keep", "failing_checks": "keep"
+    }  # fmt: skip
+
+
+def test_a_bad_policy_is_422_and_changes_nothing(alice, project):
+    response = logged_in(alice).post(
+        "/p/acme/dataset/", {"timeout": "drop", "tool_error": "keep", "failing_checks": "keep"}
+    )
+    assert response.status_code == 422
+    assert "Select a valid choice" in response.content.decode()
+    project.refresh_from_db()
+    assert "data_policy" not in project.settings
+
+
+@pytest.mark.parametrize("user", ["bob", "victor"])
+def test_only_admins_change_the_policy(request, project, user):
+    member = request.getfixturevalue(user)
+    response = logged_in(member).post(
+        "/p/acme/dataset/", {"timeout": "exclude", "tool_error": "keep", "failing_checks": "keep"}
+    )
+    assert response.status_code == 403
+    project.refresh_from_db()
+    assert "data_policy" not in project.settings
+
+
+def test_the_retrain_page_shows_the_policy_and_the_exclusions(alice, project):
+    project.settings = {"data_policy": {"timeout": "exclude"}}
+    project.save()
+    html = logged_in(alice).get("/p/acme/retrain/").content.decode()
+    assert "timed-out traces <strong>exclude</strong>" in html
+    assert "<strong>0</strong> of 0 candidates go into the run." in html
+
+
+def test_api_alerts_need_a_key(project):
+    response = ApiClient(None).get("/api/v1/alerts")
+    assert response.status_code == 401
+    assert "error" in response.json()
+
+
+def test_api_alerts_list_only_the_keys_projects_alerts(api, other_api, project):
+    _two_versions(project)
+    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    assert (alert["kind"], alert["severity"]) == ("timeouts_rising", "critical")
+    assert (alert["version"], alert["previous_version"]) == ("agent-2 (base)", "agent-1 (base)")
+    assert alert["evidence"][0]["url"].startswith("http://testserver/p/acme/traces/?")
+    assert other_api.get("/api/v1/alerts").json() == {"alerts": []}
