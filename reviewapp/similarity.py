@@ -18,6 +18,8 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 # Texts per forward pass: larger batches gained nothing on 2 cores (bench/triage.py).
 BATCH_SIZE = 64
+# The most vectors one comparison reads (about 1.5 kB each): the newest traces of a project.
+MAX_COMPARED = 20000
 # Characters kept of each part of the compact text; four parts fit the model's 256 tokens.
 PART_CHARS = 300
 

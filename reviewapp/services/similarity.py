@@ -1,8 +1,8 @@
 """Trace embeddings in the database, and what they are for: similar traces, failure clusters,
 suggested tags, and one feedback applied to the similar traces a reviewer confirmed.
 
-Vectors are read per project, newest first, up to MAX_VECTORS; beyond that the oldest traces
-are not compared (a vector index would lift the cap; none is needed at this size).
+Vectors are read per project, newest first, up to similarity.MAX_COMPARED; beyond that the
+oldest traces are not compared (a vector index would lift the cap).
 """
 
 from collections import Counter, defaultdict
@@ -27,8 +27,6 @@ from reviewapp.services.feedback import FeedbackError, record_feedback
 
 # Traces embedded per forward batch group and per transaction.
 EMBED_CHUNK = 256
-# The most vectors one comparison reads (about 1.5 kB each).
-MAX_VECTORS = 20000
 
 
 def _compact_texts(traces: list[Trace]) -> dict[int, str]:
@@ -99,7 +97,8 @@ def _vectors(project: Project, trace_filter: Q | None = None) -> tuple[np.ndarra
     rows = TraceEmbedding.objects.filter(project=project, model_name=similarity.MODEL_NAME)
     if trace_filter is not None:
         rows = rows.filter(trace__in=Trace.objects.filter(trace_filter))
-    pairs = list(rows.order_by("-trace_id").values_list("trace_id", "vector")[:MAX_VECTORS])
+    rows = rows.order_by("-trace_id").values_list("trace_id", "vector")
+    pairs = list(rows[: similarity.MAX_COMPARED])
     ids = np.array([trace_id for trace_id, _ in pairs], dtype=np.int64)
     return ids, similarity.from_bytes([vector for _, vector in pairs])
 

