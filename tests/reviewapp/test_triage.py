@@ -1,9 +1,12 @@
 """Triage rules: which traces they route, sampling, idempotence, and the hooks after ingest."""
 
 import pytest
+from django.utils import timezone
 
 from reviewapp import tasks
+from reviewapp.gateway.recorder import RecordedCall
 from reviewapp.models import Queue, QueueItem, Tag, Trace, TraceTag, TriageMatch, TriageRule
+from reviewapp.services.calls import record_model_call
 from reviewapp.services.feedback import record_outcome
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.triage import in_sample, route_traces
@@ -196,3 +199,36 @@ def test_run_now_task_skips_a_disabled_rule(project, queue):
     rule.enabled = True
     rule.save()
     assert tasks.run_triage_rule(rule.pk) == 1
+
+
+def test_a_recorded_gateway_call_is_triaged_and_embedded(
+    project, queue, monkeypatch, django_capture_on_commit_callbacks
+):
+    make_rule(project, queue, termination="timeout")
+    embedded = []
+    monkeypatch.setattr(tasks.triage_traces, "delay", tasks.triage_traces)
+    monkeypatch.setattr(tasks.embed_traces, "delay", embedded.append)
+    call = RecordedCall(
+        project_id=project.pk,
+        trace_id_header="episode-1",
+        requested_model="m",
+        upstream_model="m",
+        adapter_version="",
+        upstream_url="http://127.0.0.1:9/v1",
+        stream=False,
+        request={"model": "m", "messages": [{"role": "user", "content": "Hi"}]},
+        response=None,
+        status_code=None,
+        termination="timeout",
+        error="upstream too slow",
+        started_at=timezone.now(),
+        latency_ms=30000.0,
+        time_to_first_token_ms=None,
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        record_model_call(call)
+
+    trace = Trace.objects.get(external_id="episode-1")
+    assert queued(queue) == {"episode-1"}
+    assert embedded == [[trace.pk]]
