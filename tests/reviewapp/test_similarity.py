@@ -1,7 +1,10 @@
 """Embeddings with the bundled sentence model, and what they are used for."""
 
+from io import StringIO
+
 import numpy as np
 import pytest
+from django.core.management import call_command
 
 from reviewapp import similarity
 from reviewapp.models import CopiedFeedback, Feedback, Tag, Trace, TraceEmbedding, TraceTag
@@ -229,3 +232,19 @@ def test_suggested_tags_come_from_the_nearest_reviewed_traces(project, bob):
     assert [s.tag.name for s in suggestions] == ["slow"]
     assert suggestions[0].votes == 2
     assert 0.9 < suggestions[0].score <= 1
+
+
+def test_embed_traces_command_fills_in_what_is_missing(project, monkeypatch):
+    monkeypatch.setattr(
+        similarity,
+        "embed_texts",
+        lambda texts: np.ones((len(texts), similarity.DIMENSIONS), dtype=np.float32),
+    )
+    store(project, [make_trace(f"t-{i}") for i in range(3)])
+    service.embed_traces(trace_ids=[project.traces.order_by("id").first().pk])
+    out = StringIO()
+
+    call_command("embed_traces", "acme", stdout=out, stderr=StringIO())
+
+    assert out.getvalue().strip() == "embedded 2, unchanged 1"
+    assert TraceEmbedding.objects.count() == 3
