@@ -46,11 +46,12 @@ def bar_chart(
     Labels and series names may come from users (tag names), so every text goes through escaping.
     """
     pad, bottom = 28, 36
+    top = 34  # room for the legend above the tallest bar's value
     names = list(series)
     peak = max([float(value) for values in series.values() for value in values] + [0.0]) or 1.0
     group_width = (width - 2 * pad) / max(len(labels), 1)
     bar_width = group_width * 0.8 / max(len(names), 1)
-    plot_height = height - pad - bottom
+    plot_height = height - top - bottom
     bars, values_text, labels_text = [], [], []
     for group, group_label in enumerate(labels):
         left = pad + group * group_width + group_width * 0.1
@@ -58,7 +59,7 @@ def bar_chart(
             values = series[name]
             value = float(values[group]) if group < len(values) else 0.0
             bar_height = value / peak * plot_height
-            x, y = left + index * bar_width, pad + plot_height - bar_height
+            x, y = left + index * bar_width, top + plot_height - bar_height
             shown = f"{value:g}" if value == int(value) else f"{value:.3f}"
             bars.append(
                 (index % 4, f"{x:.1f}", f"{y:.1f}", f"{max(bar_width - 2, 1):.1f}",
@@ -68,12 +69,11 @@ def bar_chart(
         labels_text.append(
             (f"{pad + (group + 0.5) * group_width:.1f}", height - bottom + 14, group_label)
         )
-    # The legend shares the bottom line with the chart's label, clear of the bars.
+    # The legend runs along the top, above the tallest bar's value.
     legend = [
-        (index % 4, width // 3 + 120 * index, height - 13, width // 3 + 120 * index + 14,
-         height - 4, name)
+        (index % 4, pad + 140 * index, 4, pad + 140 * index + 14, 13, name)
         for index, name in enumerate(names)
-    ]  # fmt: skip
+    ]
     return format_html(
         '<svg class="chart bars" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
         'aria-label="{label}"><line x1="{p}" y1="{base}" x2="{right}" y2="{base}" class="frame"/>'

@@ -130,6 +130,10 @@ def _counts(summary) -> list[int] | None:
     return [summary.get(status, 0) for status in STATUSES]
 
 
+def _labelled(counts: list[int] | None) -> list[tuple[str, int]]:
+    return list(zip(STATUSES, counts, strict=True)) if counts else []
+
+
 def _status_chart(lineage) -> str:
     report = lineage.report
     sections = {
@@ -169,17 +173,19 @@ def adapter_detail(request: HttpRequest, slug: str, version: int) -> HttpRespons
 
 def _detail_context(request: HttpRequest, membership, adapter: Adapter, **extra) -> dict:
     lineage = adapter_lineage(adapter)
+    report = lineage.report
     return {
         **_deployment_context(request, membership, adapter, **extra),
         "lineage": lineage,
-        "report": lineage.report,
+        "report": report,
         "statuses": STATUSES,
-        "feedback_counts": _counts(lineage.report.get("feedback_items")),
+        "feedback_counts": _counts(report.get("feedback_items")),
+        "held_out_counts": _labelled(_counts((report.get("held_out") or {}).get("summary"))),
+        "regression_counts": _labelled(_counts((report.get("regression") or {}).get("summary"))),
         "per_tag": [
-            (tag, _counts(counts))
-            for tag, counts in sorted((lineage.report.get("per_tag") or {}).items())
+            (tag, _counts(counts)) for tag, counts in sorted((report.get("per_tag") or {}).items())
         ],
-        "exclusions": _config_rows(lineage.report.get("exclusions") or {}),
+        "exclusions": _config_rows(report.get("exclusions") or {}),
         "config": _config_rows(adapter.run.config if adapter.run else {}),
         "status_chart": _status_chart(lineage),
         "divergence_chart": _divergence_chart(lineage),

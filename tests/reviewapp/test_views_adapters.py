@@ -200,6 +200,7 @@ def test_held_out_per_tag_and_regression_sections_show_when_present(project, tra
     assert 'id="per-tag"' in html and "too-long" in html
     assert 'id="held-out-eval"' in html and "quatre-vingt-quatre" in html
     assert "Say it in French." in html
+    assert "fixed 0 · still failing 1 · regressed 0 · still passing 0" in html  # held out
     assert "capital of France" in html and "mean drift from base 0.0312" in html
     assert f"/p/acme/traces/{trace.pk}/" in html
     assert "timed_out_traces" in html
