@@ -117,10 +117,16 @@ def _deployment_context(request: HttpRequest, membership, adapter: Adapter, **ex
 
 
 def _config_rows(config: dict) -> list[tuple[str, str]]:
-    return [
-        (key, value if isinstance(value, str) else json.dumps(value))
-        for key, value in sorted((config or {}).items())
-    ]
+    """Key and readable value: text as is, a flat mapping as "name count, ...", else JSON."""
+
+    def readable(value) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict) and not any(isinstance(v, dict | list) for v in value.values()):
+            return ", ".join(f"{name} {count}" for name, count in value.items()) or "none"
+        return json.dumps(value)
+
+    return [(key, readable(value)) for key, value in sorted((config or {}).items())]
 
 
 def _counts(summary) -> list[int] | None:

@@ -6,7 +6,9 @@ HTTP); the real vLLM deploy is exercised in test_deploy_vllm.py.
 """
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from reviewapp.models import (
     Adapter,
@@ -193,7 +195,7 @@ def test_held_out_per_tag_and_regression_sections_show_when_present(project, tra
                  "status": "regressed", "before": {"reply": "84"}, "after": {"reply": "12"}},
             ],
         },
-        "exclusions": {"timed_out_traces": 3},
+        "exclusions": {"total": 5, "excluded": {"policy_timeout": 3}},
     }  # fmt: skip
     TrainingRun.objects.filter(pk=adapter.run_id).update(metrics=metrics)
     html = logged_in(victor).get("/p/acme/adapters/1/").content.decode()
@@ -203,7 +205,7 @@ def test_held_out_per_tag_and_regression_sections_show_when_present(project, tra
     assert "fixed 0 · still failing 1 · regressed 0 · still passing 0" in html  # held out
     assert "capital of France" in html and "mean drift from base 0.0312" in html
     assert f"/p/acme/traces/{trace.pk}/" in html
-    assert "timed_out_traces" in html
+    assert "policy_timeout 3" in html  # what the training data left out
 
 
 def test_an_old_report_without_the_new_sections_renders(project, trace, victor):
@@ -373,3 +375,19 @@ def test_the_api_trace_names_the_adapters_per_feedback(project, trace, api):
 def test_the_run_page_links_to_its_adapter(adapter, victor):
     html = logged_in(victor).get(f"/p/acme/runs/{adapter.run_id}/").content.decode()
     assert 'href="/p/acme/adapters/1/" id="run-adapter"' in html
+
+
+def test_which_adapters_learned_costs_the_trace_page_one_query_however_much_feedback(
+    project, trace, victor
+):
+    client = logged_in(victor)
+    make_adapter(project, trace, 1)
+    with CaptureQueriesContext(connection) as one:
+        client.get(f"/p/acme/traces/{trace.pk}/")
+    for version in (2, 3, 4):
+        make_adapter(project, trace, version)
+    with CaptureQueriesContext(connection) as four:
+        html = client.get(f"/p/acme/traces/{trace.pk}/").content.decode()
+    assert html.count("learned by") == 4
+    assert len(four) == len(one)
+    assert sum("reviewapp_adapter" in query["sql"] for query in four) == 1
