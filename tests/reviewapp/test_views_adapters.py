@@ -20,6 +20,7 @@ from reviewapp.models import (
 )
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
+from tests.e2e.test_xss import PAYLOADS, MarkupFromContent
 from tests.factories import make_trace
 from tests.fake_upstream import FakeUpstream, free_port
 
@@ -225,6 +226,58 @@ def test_untrusted_text_is_escaped(project, trace, victor):
     html = logged_in(victor).get("/p/acme/adapters/1/").content.decode()
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+
+
+class MarkupInMain(MarkupFromContent):
+    """The injection corpus's parser on what a page shows in <main>; the adapter page's own
+    charts are the one <svg> allowed there."""
+
+    in_main = False
+
+    def handle_starttag(self, tag, attrs):
+        self.in_main = self.in_main or tag == "main"
+        own_chart = tag == "svg" and (dict(attrs).get("class") or "").startswith("chart")
+        if self.in_main and not own_chart:
+            super().handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag):
+        self.in_main = self.in_main and tag != "main"
+        super().handle_endtag(tag)
+
+
+def test_injection_payloads_anywhere_in_the_lineage_stay_text(project, trace, alice):
+    adapter = make_adapter(project, trace, 1)
+    run = adapter.run
+    items, tags, regression = [], {}, []
+    for payload in PAYLOADS:
+        feedback, _ = record_feedback(trace=trace, turn=4, text=payload, author=payload[:200])
+        target = DistillationTarget.objects.create(
+            feedback=feedback, turn=4, source=payload[:16], student_context=[],
+            original={"role": "assistant", "content": payload,
+                      "tool_calls": [{"function": {"name": payload, "arguments": payload}}]},
+            target={"role": "assistant", "content": payload}, state=TargetState.APPROVED,
+        )  # fmt: skip
+        run.targets.add(target)
+        sides = {"reply": payload, "checks": [{"kind": payload, "value": payload}]}
+        items.append({"target_id": target.pk, "status": payload, "before": sides, "after": sides})
+        tags[payload] = {"fixed": 1}
+        regression.append({"source": payload, "prompt": payload, "status": payload,
+                           "before": sides, "after": sides, "trace_id": trace.pk})  # fmt: skip
+    run.metrics = {
+        **run.metrics, "items": items, "per_tag": tags,
+        "gate": {"passed": True, "reason": PAYLOADS[0]},
+        "regression": {"summary": {PAYLOADS[1]: 1}, "items": regression},
+        "exclusions": {payload: {payload: 1} for payload in PAYLOADS},
+    }  # fmt: skip
+    run.config = {payload: payload for payload in PAYLOADS}
+    run.save()
+    client = logged_in(alice)
+    for url in ("/p/acme/adapters/", "/p/acme/adapters/1/", f"/p/acme/traces/{trace.pk}/"):
+        html = client.get(url).content.decode()
+        parser = MarkupInMain()
+        parser.feed(html)
+        assert parser.problems == [], url
+    assert html.count("learned by") == len(PAYLOADS) + 1  # the trace page listed them all
 
 
 def test_another_projects_adapter_is_not_found(adapter, mallory, other_project):
