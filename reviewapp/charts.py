@@ -196,17 +196,23 @@ def stacked_bar_chart(
     width: int = 560,
     label: str = "",
 ) -> SafeString:
-    """One horizontal bar per row, split by key in proportion (e.g. terminations per version)."""
-    pad, row_height, label_width = 8, 22, 150
-    height = pad * 2 + row_height * len(rows) + 22
+    """One horizontal bar per row, split by key in proportion (e.g. terminations per version).
+
+    The legend names only the keys that occur, wrapping onto as many lines as it needs.
+    """
+    pad, top, row_height, label_width, key_width = 8, 24, 22, 150, 120
+    present = [key for key in keys if any(counts.get(key) for _, counts in rows)]
+    per_line = max((width - label_width) // key_width, 1)
+    legend_top = top + row_height * len(rows) + 6
+    height = legend_top + 16 * -(-len(present) // per_line) + pad
     plot_width = width - label_width - 2 * pad
     segments, names = [], []
     for number, (row_label, counts) in enumerate(rows):
         total = sum(counts.values()) or 1
-        y = pad + number * row_height
+        y = top + number * row_height
         names.append((pad, y + 14, row_label))
         x = float(label_width)
-        for key in keys:
+        for key in present:
             count = counts.get(key, 0)
             if not count:
                 continue
@@ -216,15 +222,16 @@ def stacked_bar_chart(
                  f"{100 * count / total:.0f}%")
             )  # fmt: skip
             x += part
-    legend_y = pad + row_height * len(rows) + 8
-    legend = [
-        (key, label_width + 92 * index, legend_y, label_width + 92 * index + 13, legend_y + 9, key)
-        for index, key in enumerate(keys)
-    ]
+    legend = []
+    for index, key in enumerate(present):
+        x = label_width + key_width * (index % per_line)
+        y = legend_top + 16 * (index // per_line)
+        legend.append((key, x, y, x + 14, y + 9, key))
     return format_html(
         '<svg class="chart stacked" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        'aria-label="{label}">{names}{segments}{legend}</svg>',
-        w=width, h=height, label=label,
+        'aria-label="{label}"><text x="{p}" y="14" class="axis title">{label}</text>'
+        "{names}{segments}{legend}</svg>",
+        w=width, h=height, p=pad, label=label,
         names=format_html_join("", '<text x="{}" y="{}" class="axis">{}</text>', names),
         segments=format_html_join(
             "",

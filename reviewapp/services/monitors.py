@@ -12,13 +12,9 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from django.db.models import (
-    Avg,
     Count,
-    Exists,
     F,
-    Max,
     Min,
-    OuterRef,
     Q,
     QuerySet,
     Sum,
@@ -33,7 +29,6 @@ from reviewapp.rendering import content_text, looks_like_tool_error
 
 BUCKETS = {"day": TruncDay, "hour": TruncHour}
 BODY_BUDGET = 2000  # bodies opened per monitor, at most
-MIN_SAMPLE_PER_GROUP = 20  # per version and bucket, when the budget allows fewer
 EXAMPLES_KEPT = 5  # trace ids kept as evidence per version and per tool
 # An episode that ended like this is a failure whatever its reported success said.
 FAILURE_TERMINATIONS = (
@@ -113,20 +108,30 @@ class BodyStats:
 
 @dataclass
 class GroupStats:
-    """One version, overall or in one time bucket."""
+    """One version, overall or in one time bucket; counts and sums, so groups add up."""
 
     version: Version
     bucket: datetime | None
-    traces: int
-    terminations: dict[str, int]
-    tool_calls: int
-    completion_tokens: float | None  # mean over the traces that report usage
-    succeeded: int
-    failed: int  # success False, or a failure termination
-    reward: float | None
-    with_feedback: int
+    traces: int = 0
+    terminations: dict[str, int] = field(default_factory=dict)
+    tool_calls: int = 0
+    succeeded: int = 0
+    failed: int = 0  # success False, or a failure termination
+    with_feedback: int = 0
     first_seen: datetime | None = None
+    tokens_total: int = 0
+    tokens_reported: int = 0  # traces that report usage
+    reward_total: float = 0.0
+    rewarded: int = 0
     body: BodyStats = field(default_factory=BodyStats)
+
+    @property
+    def completion_tokens(self) -> float | None:
+        return _rate(self.tokens_total, self.tokens_reported)
+
+    @property
+    def reward(self) -> float | None:
+        return _rate(self.reward_total, self.rewarded)
 
     @property
     def timeout_rate(self) -> float | None:
@@ -164,39 +169,66 @@ class Monitor:
         return sorted({group.bucket for group in self.series if group.bucket is not None})
 
 
-def _aggregates() -> dict:
-    failure = Q(termination__in=FAILURE_TERMINATIONS)
-    counts = {f"n_{name}": Count("id", filter=Q(termination=name)) for name in Termination.values}
-    return {
-        "traces": Count("id"),
-        "first_seen": Min("received_at"),
-        "last_seen": Max("received_at"),
-        "tool_calls": Sum("tool_call_count"),
-        "completion_tokens": Avg("completion_tokens"),
-        "succeeded": Count("id", filter=Q(success=True) & ~failure),
-        "failed": Count("id", filter=Q(success=False) | failure),
-        "reward": Avg("reward"),
-        "with_feedback": Count(
-            "id", filter=Q(Exists(Feedback.objects.filter(trace=OuterRef("pk"))))
-        ),
-        **counts,
-    }
+def _add_row(group: GroupStats, row: dict) -> None:
+    """Fold one (version, bucket, termination) row of the grouped query into a group."""
+    termination, count = row["termination"], row["traces"]
+    group.traces += count
+    group.terminations[termination] = group.terminations.get(termination, 0) + count
+    group.tool_calls += row["tool_calls"] or 0
+    if termination in FAILURE_TERMINATIONS:
+        group.failed += count
+    else:
+        group.succeeded += row["succeeded"]
+        group.failed += row["unsuccessful"]
+    if group.first_seen is None or row["first_seen"] < group.first_seen:
+        group.first_seen = row["first_seen"]
+    group.tokens_total += row["tokens_total"] or 0
+    group.tokens_reported += row["tokens_reported"]
+    group.reward_total += row["reward_total"] or 0.0
+    group.rewarded += row["rewarded"]
 
 
-def _group(row: dict, bucket: datetime | None) -> GroupStats:
-    return GroupStats(
-        version=Version(row["model"], row["adapter_version"]),
-        bucket=bucket,
-        traces=row["traces"],
-        terminations={name: row[f"n_{name}"] for name in Termination.values if row[f"n_{name}"]},
-        tool_calls=row["tool_calls"] or 0,
-        completion_tokens=row["completion_tokens"],
-        succeeded=row["succeeded"],
-        failed=row["failed"],
-        reward=row["reward"],
-        with_feedback=row["with_feedback"],
-        first_seen=row["first_seen"],
+def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[GroupStats]]:
+    """Versions and (version, bucket) groups from one grouped query, plus one for feedback.
+
+    Grouping by termination as well keeps the query to plain sums (no per-row FILTER or
+    EXISTS); feedback is counted from its own table, which holds a few rows per trace at most.
+    """
+    rows = (
+        traces.annotate(bucket=trunc("received_at"))
+        .values("model", "adapter_version", "bucket", "termination")
+        .annotate(
+            traces=Count("id"),
+            first_seen=Min("received_at"),
+            tool_calls=Sum("tool_call_count"),
+            succeeded=Count("id", filter=Q(success=True)),
+            unsuccessful=Count("id", filter=Q(success=False)),
+            tokens_total=Sum("completion_tokens"),
+            tokens_reported=Count("completion_tokens"),
+            reward_total=Sum("reward"),
+            rewarded=Count("reward"),
+        )
     )
+    series: dict[tuple, GroupStats] = {}
+    versions: dict[Version, GroupStats] = {}
+    for row in rows:
+        version = Version(row["model"], row["adapter_version"])
+        key = (version, row["bucket"])
+        _add_row(series.setdefault(key, GroupStats(version, row["bucket"])), row)
+        _add_row(versions.setdefault(version, GroupStats(version, None)), row)
+    feedback = (
+        Feedback.objects.filter(trace__in=traces)
+        .annotate(bucket=trunc("trace__received_at"))
+        .values("trace__model", "trace__adapter_version", "bucket")
+        .annotate(traces=Count("trace", distinct=True))
+    )
+    for row in feedback:
+        version = Version(row["trace__model"], row["trace__adapter_version"])
+        series[(version, row["bucket"])].with_feedback += row["traces"]
+        versions[version].with_feedback += row["traces"]
+    ordered_versions = sorted(versions.values(), key=lambda g: (g.first_seen, g.version.label))
+    ordered_series = sorted(series.values(), key=lambda g: (g.bucket, g.version.label))
+    return ordered_versions, ordered_series
 
 
 def _read_body(stats: BodyStats, trace_id: int, messages: list) -> None:
@@ -222,7 +254,8 @@ def _read_body(stats: BodyStats, trace_id: int, messages: list) -> None:
             tool.calls += 1
             if looks_like_tool_error(content_text(message.get("content"))):
                 tool.errors += 1
-                if len(tool.error_examples) < EXAMPLES_KEPT:
+                seen = trace_id in tool.error_examples
+                if not seen and len(tool.error_examples) < EXAMPLES_KEPT:
                     tool.error_examples.append(trace_id)
 
 
@@ -232,7 +265,8 @@ def _sample_bodies(
     """Fill each group's and version's BodyStats from the newest bodies of each group."""
     if not groups:
         return 0
-    per_group = max(MIN_SAMPLE_PER_GROUP, BODY_BUDGET // len(groups))
+    # Spread over the groups; past BODY_BUDGET groups, some groups go unsampled.
+    per_group = max(1, BODY_BUDGET // len(groups))
     ranked = (
         traces.order_by()
         .annotate(
@@ -246,7 +280,7 @@ def _sample_bodies(
         .filter(rank__lte=per_group)
         .values_list("id", flat=True)
     )
-    ids = list(ranked[: max(BODY_BUDGET, MIN_SAMPLE_PER_GROUP * len(groups))])
+    ids = list(ranked[:BODY_BUDGET])
     by_group = {(group.version, group.bucket): group for group in groups}
     by_version = {group.version: group for group in versions}
     rows = (
@@ -273,19 +307,7 @@ def compute_monitor(
     """
     trunc = BUCKETS[bucket]
     traces = traces.order_by()
-    aggregates = _aggregates()
-    versions = [
-        _group(row, None)
-        for row in traces.values("model", "adapter_version").annotate(**aggregates)
-    ]
-    versions.sort(key=lambda group: (group.first_seen, group.version.label))
-    series = [
-        _group(row, row["bucket"])
-        for row in traces.annotate(bucket=trunc("received_at"))
-        .values("model", "adapter_version", "bucket")
-        .annotate(**aggregates)
-    ]
-    series.sort(key=lambda group: (group.bucket, group.version.label))
+    versions, series = _grouped(traces, trunc)
     bodies_read = _sample_bodies(traces, trunc, series, versions) if read_bodies else 0
     return Monitor(bucket=bucket, versions=versions, series=series, bodies_read=bodies_read)
 

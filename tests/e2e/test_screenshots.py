@@ -246,3 +246,44 @@ def test_screenshots_of_the_trace_list_and_a_trace(
         min((folder / name).stat().st_size for name in ("trace-list.png", "trace-detail.png"))
         > 20_000
     )
+
+
+@pytest.fixture
+def seed_scenarios(project, api_key):
+    """v1 meets healthy tools; v2 meets a 20% tool failure rate and answers tersely; v3 meets
+    slow tools under a time budget. Each version's traces are spread over the days it served.
+    Played before the browser starts: the harness's outcome reports go through the test client.
+    """
+    from tests.reviewapp.scenarios import SHORT_ANSWER, play
+
+    play(project=project, api_key=api_key, adapter_version="acme-v1", seed=1)
+    play(
+        project=project, api_key=api_key, adapter_version="acme-v2", answer=SHORT_ANSWER,
+        tool_failure_rate=0.2, seed=2,
+    )  # fmt: skip
+    play(
+        project=project, api_key=api_key, adapter_version="acme-v3", answer=SHORT_ANSWER,
+        tool_failure_rate=0.2, tool_latency=1.0, slow_tool_rate=0.3, time_budget=0.05, seed=3,
+    )  # fmt: skip
+    start = timezone.now() - timedelta(days=9)
+    for number, version in enumerate(["acme-v1", "acme-v2", "acme-v3"]):
+        ids = project.traces.filter(adapter_version=version).order_by("id").values_list("id")
+        for index, (trace_id,) in enumerate(ids):
+            moment = start + timedelta(days=3 * number + index % 3, minutes=index)
+            Trace.objects.filter(pk=trace_id).update(received_at=moment)
+    return project
+
+
+def test_screenshot_of_the_monitors_on_the_seed_scenarios(
+    seed_scenarios, context, page, live_server, alice, tmp_path
+):
+    sign_in(context, alice, live_server)
+    folder = SCREENSHOTS if os.environ.get("APPRENTICE_SCREENSHOTS") == "1" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+
+    page.goto("/p/acme/monitors/")
+    expect(page.locator("#alerts article.alert-item").first).to_be_visible()
+    # The nav's alert count arrives over htmx, under the page's CSP.
+    expect(page.locator(".project-nav .badge.alert")).to_be_visible()
+    page.screenshot(path=folder / "monitors.png", full_page=True)
+    assert (folder / "monitors.png").stat().st_size > 20_000

@@ -102,7 +102,6 @@ def test_feedback_rate_success_and_reward_come_from_the_columns(project):
 
 def test_bodies_read_are_bounded_whatever_the_size(project, monkeypatch):
     monkeypatch.setattr(monitors, "BODY_BUDGET", 10)
-    monkeypatch.setattr(monitors, "MIN_SAMPLE_PER_GROUP", 4)
     ingest_traces(project=project, raw_items=[make_trace(f"t-{i}") for i in range(30)])
     monitor = compute_monitor(traces=Trace.objects.filter(project=project))
     [group] = monitor.versions
