@@ -80,7 +80,6 @@ urlpatterns = [
         name="adapter_rollback",
     ),
     path(f"{project}monitors/", monitors.monitors, name="monitors"),
-    path(f"{project}monitors/alert-count/", monitors.alert_count, name="alert_count"),
     path(f"{project}dataset/", monitors.dataset, name="dataset"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),

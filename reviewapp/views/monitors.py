@@ -161,6 +161,8 @@ def _tool_rows(project: Project, monitor: Monitor, filters: dict) -> list:
 def monitors(request: HttpRequest, slug: str) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
     project = membership.project
+    if request.htmx and request.htmx.target == "nav-monitors":
+        return _alert_count(request, project)
     form = MonitorForm(request.GET or None, project=project)
     valid = not form.is_bound or form.is_valid()
     filters = form.cleaned_data if form.is_bound and valid else {}
@@ -189,12 +191,8 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "monitors/monitors.html", context, status=status)
 
 
-@require_GET
-@login_required
-def alert_count(request: HttpRequest, slug: str) -> HttpResponse:
-    """The nav link's text with the project's alert count (htmx loads it after the page)."""
-    membership = get_membership_for_user(request.user, slug)
-    project = membership.project
+def _alert_count(request: HttpRequest, project: Project) -> HttpResponse:
+    """The nav link's text with the project's alert count; htmx loads it after any page."""
     key = f"monitors:alert-count:{project.pk}"
     count = cache.get(key)
     if count is None:

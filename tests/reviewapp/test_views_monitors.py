@@ -1,11 +1,16 @@
 """The monitors page, the nav's alert count, the training-data page and GET /api/v1/alerts."""
 
+from html.parser import HTMLParser
+
 import pytest
 from django.core.cache import cache
 from django.test import Client
 
+from reviewapp.models import Trace
+from reviewapp.services import alerts
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
+from tests.e2e.test_xss import PAYLOADS, payload_trace
 from tests.factories import ApiClient, make_trace
 from tests.reviewapp.scenarios import SHORT_ANSWER, play
 
@@ -95,19 +100,29 @@ def test_the_seed_scenario_shows_its_alert_on_the_page(bob, project, api_key):
 
 def test_the_nav_shows_the_alert_count(victor, project):
     client = logged_in(victor)
-    assert "badge" not in client.get("/p/acme/monitors/alert-count/").content.decode()
+    nav = {"HX-Request": "true", "HX-Target": "nav-monitors"}
+    assert "badge" not in client.get("/p/acme/monitors/", headers=nav).content.decode()
     _two_versions(project)
     cache.clear()
-    html = client.get("/p/acme/monitors/alert-count/").content.decode()
+    html = client.get("/p/acme/monitors/", headers=nav).content.decode()
+    assert html.strip().startswith("Monitors")
     assert 'class="badge alert"' in html and ">1<" in html
     page = client.get("/p/acme/traces/").content.decode()
-    assert 'hx-get="/p/acme/monitors/alert-count/"' in page and 'href="/p/acme/monitors/"' in page
+    monitors = 'href="/p/acme/monitors/" hx-get="/p/acme/monitors/" hx-trigger="load"'
+    assert f'<a id="nav-monitors" {monitors}' in page
 
 
-@pytest.mark.parametrize("path", ["monitors/", "monitors/alert-count/", "dataset/"])
-def test_other_projects_members_get_404_and_strangers_the_login(mallory, project, path):
-    assert logged_in(mallory).get(f"/p/acme/{path}").status_code == 404
-    response = Client().get(f"/p/acme/{path}")
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("monitors/", {}),
+        ("monitors/", {"HX-Request": "true", "HX-Target": "nav-monitors"}),
+        ("dataset/", {}),
+    ],
+)
+def test_other_projects_members_get_404_and_strangers_the_login(mallory, project, path, headers):
+    assert logged_in(mallory).get(f"/p/acme/{path}", headers=headers).status_code == 404
+    response = Client().get(f"/p/acme/{path}", headers=headers)
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 
 
@@ -174,3 +189,35 @@ def test_api_alerts_list_only_the_keys_projects_alerts(api, other_api, project):
     assert (alert["version"], alert["previous_version"]) == ("agent-2 (base)", "agent-1 (base)")
     assert alert["evidence"][0]["url"].startswith("http://testserver/p/acme/traces/?")
     assert other_api.get("/api/v1/alerts").json() == {"alerts": []}
+
+
+class _Markup(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_trace_text_in_versions_tools_and_alerts_stays_text(victor, project, monkeypatch):
+    monkeypatch.setattr(alerts, "MIN_TRACES", 1)
+    for index, payload in enumerate(PAYLOADS):
+        item = payload_trace(index, payload)
+        item.update(tags=[], termination="timeout" if index % 2 else "completed")
+        ingest_traces(project=project, raw_items=[item])
+        Trace.objects.filter(project=project, model=item["model"]).update(adapter_version=payload)
+    client = logged_in(victor)
+    pages = ["/p/acme/monitors/", "/p/acme/monitors/?bucket=hour", "/p/acme/dataset/"]
+    for path in pages:
+        html = client.get(path).content.decode()
+        assert "timeouts_rising" in html or path.endswith("dataset/")
+        parser = _Markup()
+        parser.feed(html[html.index("<body") :])  # the head's scripts are the page's own
+        for tag, attrs in parser.tags:
+            assert tag not in {"script", "iframe", "img", "object", "embed", "math", "style"}, tag
+            assert tag != "svg" or attrs.get("class", "").startswith("chart"), attrs
+            for name, value in attrs.items():
+                assert not name.startswith(("on", "hx-on")), (tag, name)
+                if name in ("hx-get", "hx-post", "href", "action"):
+                    assert value.startswith(("/", "?", "#", "data:,")), (tag, name, value)
