@@ -17,6 +17,11 @@ SECRET_KEY = env.str(
     # Only usable with DEBUG on: production must supply its own (check --deploy insists).
     default="insecure-embedded-default-key-set-DJANGO_SECRET_KEY-in-production-0123456789",
 )
+# Production refuses to start on the key everyone can read in the source.
+if not DEBUG and SECRET_KEY.startswith("insecure-embedded-default-key"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -34,6 +39,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so an overloaded process answers 503 before it spends a thread on the request.
+    "reviewapp.api.limits.AdmissionLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "reviewapp.api.limits.RequestSizeLimitMiddleware",
@@ -75,6 +82,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+# A connection kept across requests is checked before reuse, so a restarted database costs the
+# requests in flight at that moment, not every request until the web process restarts.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOGIN_URL = "login"
@@ -124,6 +134,7 @@ STORAGES = {
 
 # Celery. Embedded default: a broker on the filesystem, so nothing has to be running.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+TASK_VISIBILITY_TIMEOUT_SECONDS = env.int("CELERY_VISIBILITY_TIMEOUT", default=4 * 3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
         "data_folder_in": str(VAR_DIR / "broker"),
@@ -133,11 +144,31 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
-    else {}
+    else {
+        # Redis hands a task whose worker died unacknowledged to another worker after this
+        # long: longer than any task should take (training claims its run, so a second
+        # delivery of it does nothing)...
+        "visibility_timeout": TASK_VISIBILITY_TIMEOUT_SECONDS,
+        # ...checking for such tasks every few seconds (kombu's default is every 100 s).
+        "unacked_restore_interval": max(1, min(10, TASK_VISIBILITY_TIMEOUT_SECONDS // 4)),
+        "unacked_restore_throttle": 1,
+    }
 )
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another worker
+# ...and a pool process killed mid-task (SIGKILL, out of memory) requeues it instead of failing it.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A broker restart of a few seconds delays an enqueue instead of failing the request behind it.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 20,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A run whose worker has not reported for this long is failed (its worker died).
+TRAINING_HEARTBEAT_TIMEOUT_SECONDS = env.int("TRAINING_HEARTBEAT_TIMEOUT_SECONDS", default=600)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 
 # Ingest limits: big enough for real agent traces, small enough that one request can't hurt.
@@ -145,6 +176,11 @@ INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=32 * 1024 * 102
 INGEST_MAX_TRACES_PER_BATCH = env.int("INGEST_MAX_TRACES_PER_BATCH", default=1000)
 INGEST_MAX_MESSAGES_PER_TRACE = env.int("INGEST_MAX_MESSAGES_PER_TRACE", default=20000)
 INGEST_MAX_NESTING_DEPTH = env.int("INGEST_MAX_NESTING_DEPTH", default=32)
+# Admission limits, per web process: past these many requests in flight, more are answered
+# 503 with Retry-After at once instead of queueing until the client times out.
+INGEST_MAX_IN_FLIGHT = env.int("INGEST_MAX_IN_FLIGHT", default=32)
+GATEWAY_MAX_IN_FLIGHT = env.int("GATEWAY_MAX_IN_FLIGHT", default=256)
+ADMISSION_RETRY_AFTER_SECONDS = env.int("ADMISSION_RETRY_AFTER_SECONDS", default=1)
 # Django's own cap would answer 400 before ours could answer 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BODY_BYTES
 

@@ -8,6 +8,7 @@ failure ends the run in `failed` with the reason, where a person sees it.
 import json
 import logging
 import socket
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -15,11 +16,12 @@ from pathlib import Path
 import httpx
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from reviewapp.models import (
+    ACTIVE_RUN_STATUSES,
     Adapter,
     DistillationTarget,
     Feedback,
@@ -127,6 +129,11 @@ def propose_targets_for_feedback(feedback_id: int) -> int:
             for proposal in proposals
         ]
     with transaction.atomic():
+        # Two deliveries can overlap (the broker presumed a slow worker dead): the row lock
+        # makes the later one see the earlier one's targets and store none of its own.
+        Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
+        if feedback.targets.exists():
+            return 0
         DistillationTarget.objects.bulk_create(rows)
         Feedback.objects.filter(pk=feedback.pk).update(status=FeedbackStatus.USED)
     return len(rows)
@@ -162,6 +169,37 @@ class _RunReporter:
         return TrainingRun.objects.filter(pk=self.run_id, cancel_requested=True).exists()
 
 
+class _Heartbeat:
+    """Marks a claimed run alive from a thread of its own, so a run is presumed dead only when
+    its worker is, not while it loads a model or evaluates (which report no progress)."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.interval = max(1.0, settings.TRAINING_HEARTBEAT_TIMEOUT_SECONDS / 3)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"heartbeat-{run_id}", daemon=True)
+
+    def __enter__(self) -> "_Heartbeat":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        try:
+            while not self.stopped.wait(self.interval):
+                try:
+                    TrainingRun.objects.filter(
+                        pk=self.run_id, status__in=ACTIVE_RUN_STATUSES
+                    ).update(heartbeat_at=timezone.now())
+                except DatabaseError as error:  # a restarting database: beat again later
+                    logger.warning("heartbeat of run %s not written: %s", self.run_id, error)
+        finally:
+            connection.close()  # this thread's own connection
+
+
 def _set_status(run_id: int, status: str, **fields) -> None:
     TrainingRun.objects.filter(pk=run_id).update(
         status=status, heartbeat_at=timezone.now(), **fields
@@ -187,7 +225,8 @@ def run_training(run_id: int) -> str:
         return "not claimed"  # cancelled, or delivered a second time
     run = TrainingRun.objects.select_related("project").get(pk=run_id)
     try:
-        return _train_and_write(run)
+        with _Heartbeat(run_id):
+            return _train_and_write(run)
     except Exception as error:
         logger.exception("training run %s failed", run_id)
         _set_status(

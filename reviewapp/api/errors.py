@@ -5,6 +5,7 @@ from http import HTTPStatus
 
 import orjson
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError, DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -79,6 +80,20 @@ def install_error_handlers(api: NinjaAPI) -> None:
     @api.exception_handler(RequestDataTooBig)
     def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
         return body_too_large()
+
+    @api.exception_handler(DatabaseError)
+    def database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        logger.warning("database error on %s: %s", request.path, exc)
+        if isinstance(exc, DataError):  # input validation let through what the column can't hold
+            return error_response(
+                400, "a value the database cannot store (a NUL character?)", "invalid_request"
+            )
+        if not isinstance(exc, OperationalError | InterfaceError):
+            return unexpected(request, exc)
+        # A restarting database: nothing was stored that was not acknowledged, so a retry is safe.
+        response = error_response(503, "the database is unavailable; retry shortly", "unavailable")
+        response["Retry-After"] = "1"
+        return response
 
     @api.exception_handler(Exception)
     def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:

@@ -1,7 +1,8 @@
-"""Refuse oversized bodies before anything reads them."""
+"""Refuse oversized bodies before anything reads them, and more work than a process can take."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from asgiref.sync import markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -35,3 +36,46 @@ def body_too_large() -> JsonResponse:
         },
         status=413,
     )
+
+
+class AdmissionLimitMiddleware:
+    """Past a per-process count of requests in flight, answer 503 + Retry-After at once.
+
+    Async only, so under ASGI it runs on the event loop and turns a request away before a
+    thread is spent on it. Ingest (/api/) and the gateway (/v1/) have limits of their own; a
+    streamed gateway answer counts until its headers are sent.
+    """
+
+    sync_capable = False
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Awaitable[HttpResponse]]):
+        self.get_response = get_response
+        self.in_flight = {"api": 0, "gateway": 0}
+        markcoroutinefunction(self)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith("/api/"):
+            kind, limit = "api", settings.INGEST_MAX_IN_FLIGHT
+        elif request.path.startswith("/v1/"):
+            kind, limit = "gateway", settings.GATEWAY_MAX_IN_FLIGHT
+        else:
+            return await self.get_response(request)
+        if self.in_flight[kind] >= limit:
+            return overloaded(kind)
+        self.in_flight[kind] += 1
+        try:
+            return await self.get_response(request)
+        finally:
+            self.in_flight[kind] -= 1
+
+
+def overloaded(kind: str) -> JsonResponse:
+    detail = "the server is at its limit of requests in flight; retry after the Retry-After seconds"
+    if kind == "gateway":  # the shape OpenAI SDKs parse (and retry on 503)
+        body = {"error": {"message": detail, "type": "overloaded", "code": 503}}
+    else:
+        body = {"error": "overloaded", "detail": detail}
+    response = JsonResponse(body, status=503)
+    response["Retry-After"] = str(settings.ADMISSION_RETRY_AFTER_SECONDS)
+    return response

@@ -3,6 +3,7 @@
 import json
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -17,9 +18,6 @@ from reviewapp.models import (
 )
 from reviewapp.services.dataset import build_training_set
 from training.config import TrainingConfig
-
-# A worker reports at least once a minute while it holds a run; past this it is presumed dead.
-HEARTBEAT_TIMEOUT = timedelta(minutes=10)
 
 
 class RetrainError(ValueError):
@@ -89,7 +87,8 @@ def request_cancel(*, run: TrainingRun) -> None:
 
 def fail_stale_runs(*, project: Project | None = None) -> int:
     """Runs whose worker stopped reporting are failed, never left 'running' forever."""
-    cutoff = timezone.now() - HEARTBEAT_TIMEOUT
+    # A worker reports while it holds a run; past this timeout it is presumed dead.
+    cutoff = timezone.now() - timedelta(seconds=settings.TRAINING_HEARTBEAT_TIMEOUT_SECONDS)
     stale = TrainingRun.objects.filter(
         status__in=[s for s in ACTIVE_RUN_STATUSES if s != RunStatus.QUEUED]
     ).filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff))

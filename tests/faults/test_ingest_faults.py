@@ -1,0 +1,88 @@
+"""Ingest while the database restarts or the web process dies: every acknowledged trace is
+stored exactly once, and a client that resends gets 201/200 per item."""
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.faults.clients import IngestLog, batch, send_until_acknowledged
+from tests.faults.conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+BATCHES = 30
+BATCH_SIZE = 20
+
+
+def _stored(stack) -> tuple[int, int]:
+    return stack.query("SELECT count(*), count(DISTINCT external_id) FROM reviewapp_trace")[0]
+
+
+def test_postgres_restarted_during_ingest_loses_and_duplicates_nothing(stack, headers):
+    # Connections kept across requests: the case where a restart used to leave dead ones behind.
+    web = stack.web(DATABASE_CONN_MAX_AGE="600")
+    log = IngestLog()
+    sent: list[str] = []
+
+    def ingest() -> None:
+        with httpx.Client(timeout=30) as client:
+            for number in range(BATCHES):
+                traces = batch(f"b{number}", BATCH_SIZE)
+                sent.extend(trace["external_id"] for trace in traces)
+                send_until_acknowledged(client, web.url, headers, traces, log)
+
+    sender = threading.Thread(target=ingest)
+    sender.start()
+    wait_for(lambda: len(log.acknowledged) >= 5 * BATCH_SIZE, timeout=60, what="ingest to start")
+    stack.postgres.stop("immediate")  # a crash: backends die mid-transaction
+    time.sleep(1.0)
+    stack.postgres.start()
+    sender.join(timeout=120)
+
+    assert not sender.is_alive()
+    assert log.failures == []
+    assert log.retries > 0, "the restart did not hit any request; the test proved nothing"
+    assert set(log.acknowledged) == set(sent)
+    assert set(log.acknowledged.values()) <= {200, 201}
+    assert _stored(stack) == (len(sent), len(sent))
+    assert web.process.poll() is None  # the same process recovered without a restart
+
+
+def test_web_process_killed_mid_batch_then_resent_stores_each_trace_once(stack, headers):
+    traces = batch("big", 1000)
+    log = IngestLog()
+    for kill_when in ("before_commit", "after_commit"):
+        web = stack.web()
+        stack.execute("DELETE FROM reviewapp_trace")
+        outcome: dict = {}
+
+        def post(url=web.url, outcome=outcome) -> None:
+            try:
+                outcome["response"] = httpx.post(
+                    f"{url}/api/v1/traces", json={"traces": traces}, headers=headers, timeout=60
+                )
+            except httpx.HTTPError as error:
+                outcome["error"] = error
+
+        sender = threading.Thread(target=post)
+        sender.start()
+        if kill_when == "before_commit":
+            time.sleep(0.3)
+            assert _stored(stack) == (0, 0)
+        else:
+            wait_for(lambda: _stored(stack)[0] > 0, timeout=60, what="the batch to commit")
+        web.kill()
+        sender.join(timeout=60)
+
+        restarted = stack.web()
+        with httpx.Client(timeout=60) as client:
+            send_until_acknowledged(client, restarted.url, headers, traces, log)
+        restarted.stop()
+        statuses = {log.acknowledged[trace["external_id"]] for trace in traces}
+        assert statuses <= {200, 201}, kill_when
+        if "error" in outcome and kill_when == "after_commit":
+            assert statuses == {200}  # stored before the kill, acknowledged on the resend
+        assert _stored(stack) == (len(traces), len(traces)), kill_when
+    assert log.failures == []

@@ -1,0 +1,180 @@
+"""Celery workers SIGKILLed mid-task, and Redis restarted under a run: no task lost, no run left
+running, no targets stored twice, no half-written adapter."""
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.faults.clients import IngestLog, batch, send_until_acknowledged
+from tests.faults.conftest import (
+    approve_a_correction,
+    finished_run,
+    use_tiny_base,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+HEARTBEAT_TIMEOUT_S = 3
+
+
+def _feedback_without_correction(web, headers) -> None:
+    """Feedback the teacher (the upstream, answering after 3 s) has to revise the turn for."""
+    api = f"{web.url}/api/v1/traces"
+    trace = {
+        "external_id": "t",
+        "messages": [
+            {"role": "user", "content": "what is the capital of france ?"},
+            {"role": "assistant", "content": "rome"},
+        ],
+    }
+    assert httpx.post(api, json={"traces": [trace]}, headers=headers).status_code == 207
+    response = httpx.post(
+        f"{api}/t/feedback", json={"text": "say paris", "turn": 1}, headers=headers
+    )
+    assert response.status_code == 201, response.text
+
+
+def _slow_teacher(stack, delay_s: float = 0.0):
+    upstream = stack.upstream("--chat-delay", str(delay_s))
+    # "slow-model" answers after 3 s (plus the delay): the worker is mid-generation that long.
+    stack.execute(
+        "UPDATE reviewapp_project SET upstream_url = %s, served_model = 'slow-model'", upstream.url
+    )
+    return upstream
+
+
+def _teacher_calls(upstream) -> int:
+    return upstream.tail(100_000).count("POST /v1/chat/completions")
+
+
+def test_worker_killed_mid_target_generation_redelivers_and_stores_targets_once(stack, headers):
+    upstream = _slow_teacher(stack)
+    web = stack.web()
+    visibility = {"CELERY_VISIBILITY_TIMEOUT": "4"}
+    worker = stack.worker(**visibility)
+    _feedback_without_correction(web, headers)
+    wait_for(lambda: _teacher_calls(upstream) == 1, timeout=60, what="the teacher to be asked")
+    worker.kill()  # the whole worker, main process included: nobody acknowledges the task
+
+    stack.worker(**visibility)
+    wait_for(
+        lambda: stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget"),
+        timeout=60,
+        what="the redelivered task to store its targets",
+    )
+    time.sleep(6)  # time for any further (wrong) redelivery to land
+    assert _teacher_calls(upstream) == 2
+    assert stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget") == 1
+    assert stack.scalar("SELECT status FROM reviewapp_feedback") == "used"
+
+
+def test_overlapping_deliveries_of_target_generation_store_targets_once(stack, headers):
+    upstream = _slow_teacher(stack, delay_s=10)
+    web = stack.web()
+    # Shorter than the task: the broker presumes the first worker dead and hands the task to
+    # the second while the first is still generating.
+    visibility = {"CELERY_VISIBILITY_TIMEOUT": "2"}
+    stack.worker(**visibility)
+    stack.worker(**visibility)
+    _feedback_without_correction(web, headers)
+    wait_for(lambda: _teacher_calls(upstream) >= 2, timeout=60, what="a second delivery")
+    wait_for(lambda: _finished_proposals(stack) >= 2, timeout=90, what="both deliveries to finish")
+    assert stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget") == 1
+
+
+def _finished_proposals(stack) -> int:
+    logs = "".join(process.tail(1_000_000) for process in stack.processes)
+    return sum(
+        1
+        for line in logs.splitlines()
+        if "training.propose_targets[" in line and "succeeded" in line
+    )
+
+
+def test_worker_killed_mid_training_fails_the_run_and_loads_no_adapter(
+    stack, headers, make_tiny_llama, make_tiny_tokenizer
+):
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=100_000)
+    stack.extra_environment["TRAINING_HEARTBEAT_TIMEOUT_SECONDS"] = str(HEARTBEAT_TIMEOUT_S)
+    web = stack.web()
+    worker = stack.worker()
+    approve_a_correction(stack, web, headers)
+    run_id = httpx.post(f"{web.url}/api/v1/runs", json={}, headers=headers).json()["id"]
+    wait_for(
+        lambda: stack.scalar(
+            "SELECT (progress->>'step')::int > 0 FROM reviewapp_trainingrun WHERE id = %s", run_id
+        ),
+        timeout=120,
+        what="training to be under way",
+    )
+    (pool_process,) = worker.children()
+    os.kill(pool_process, signal.SIGKILL)  # what the out-of-memory killer does
+
+    # The main process requeues the task (reject on worker lost); the redelivery finds the run
+    # claimed and does nothing, rather than training it twice.
+    wait_for(lambda: "'not claimed'" in worker.tail(100_000), timeout=60, what="the redelivery")
+    run = wait_for(
+        lambda: finished_run(web, headers, run_id), timeout=30, what="the stale run to be failed"
+    )
+    assert run["status"] == "failed"
+    assert "stopped reporting" in run["error"]
+    assert run["adapter"] is None
+    assert stack.scalar("SELECT count(*) FROM reviewapp_adapter") == 0
+    adapters = stack.root / "adapters"
+    assert not adapters.exists() or not any(p.name == "acme-v1" for p in adapters.iterdir())
+
+    # The same worker trains the next run to the end, and no heartbeat gap fails it early.
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=2)
+    run_id = httpx.post(f"{web.url}/api/v1/runs", json={}, headers=headers).json()["id"]
+    run = wait_for(lambda: finished_run(web, headers, run_id), timeout=120, what="the next run")
+    assert run["status"] == "trained"
+
+
+def test_redis_restarted_during_a_run_and_ingest_loses_nothing(
+    stack, headers, make_tiny_llama, make_tiny_tokenizer
+):
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=300)
+    web = stack.web()
+    worker = stack.worker()
+    approve_a_correction(stack, web, headers)
+    run_id = httpx.post(f"{web.url}/api/v1/runs", json={}, headers=headers).json()["id"]
+    wait_for(
+        lambda: stack.scalar(
+            "SELECT status FROM reviewapp_trainingrun WHERE id = %s", run_id
+        ) == "training",
+        timeout=120,
+        what="training to start",
+    )  # fmt: skip
+    log = IngestLog()
+    with httpx.Client(timeout=30) as client:
+        send_until_acknowledged(client, web.url, headers, batch("before", 50), log)
+        stack.redis.kill()
+        restart = threading.Timer(2.0, stack.redis.start)
+        restart.start()
+        # Ingest enqueues triage and embedding: the publish retries bridge the restart.
+        send_until_acknowledged(client, web.url, headers, batch("during", 50), log)
+        restart.join()
+        send_until_acknowledged(client, web.url, headers, batch("after", 50), log)
+
+    run = wait_for(lambda: finished_run(web, headers, run_id), timeout=180, what="the run")
+    assert run["status"] == "trained"
+    assert log.failures == [] and log.retries == 0
+    assert set(log.acknowledged.values()) == {201}
+    assert stack.scalar("SELECT count(*) FROM reviewapp_trace") == 1 + 150
+    # The worker reconnected to the restarted broker: new feedback still becomes targets.
+    feedback = {"text": "x", "turn": 4, "correction": {"role": "assistant", "content": "paris"}}
+    response = httpx.post(
+        f"{web.url}/api/v1/traces/before-0/feedback", json=feedback, headers=headers
+    )
+    assert response.status_code == 201, response.text
+    wait_for(
+        lambda: stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget") == 2,
+        timeout=60,
+        what="the worker to take work after the restart",
+    )
+    assert worker.process.poll() is None
