@@ -294,9 +294,15 @@ def test_no_payload_runs_or_becomes_markup_in_the_browser(
     page.on("pageerror", lambda error: errors.append(str(error)))
 
     def record_foreign_request(request) -> None:
-        """Anything but the page itself and its static files: <img src>, htmx fired by content."""
-        own = request.is_navigation_request() or request.url.startswith(
-            f"{live_server.url}/static/"
+        """Anything but the page itself, its static files and the nav's alert count (the
+        Monitors link loads it): <img src>, htmx fired by content."""
+        own = (
+            request.is_navigation_request()
+            or request.url.startswith(f"{live_server.url}/static/")
+            or (
+                request.url == f"{live_server.url}/p/acme/monitors/"
+                and request.headers.get("hx-target") == "nav-monitors"
+            )
         )
         if not own:
             foreign_requests.append(request.url)
