@@ -1,6 +1,7 @@
 """Environment monitors and pothole alerts per model version; the training-data accounting page."""
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -8,6 +9,7 @@ from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from reviewapp.charts import multi_line_chart, stacked_bar_chart
@@ -29,6 +31,7 @@ from reviewapp.views.access import (
 )
 
 ALERT_COUNT_SECONDS = 60  # the nav's alert count is recomputed at most this often per project
+HOUR_BUCKET_DAYS = 14  # per hour, the page covers this many days unless "since" says otherwise
 
 
 class MonitorForm(TraceFilterForm):
@@ -165,12 +168,17 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
         return _alert_count(request, project)
     form = MonitorForm(request.GET or None, project=project)
     valid = not form.is_bound or form.is_valid()
-    filters = form.cleaned_data if form.is_bound and valid else {}
+    filters = dict(form.cleaned_data) if form.is_bound and valid else {}
+    if filters.get("bucket") == "hour" and not filters.get("since"):
+        # Hours over a project's whole life would be thousands of points per line.
+        filters["since"] = timezone.localdate() - timedelta(days=HOUR_BUCKET_DAYS - 1)
     monitor = compute_monitor(
         traces=filtered_traces(project, filters), bucket=filters.get("bucket") or "day"
     )
     policy, policy_error = _policy(project)
     page_filters = _page_filters(request, form) if valid else {}
+    if filters.get("since"):  # the implicit one of hourly buckets too
+        page_filters["since"] = [filters["since"].isoformat()]
     context = {
         **_base_context(request, membership),
         "form": form,
@@ -184,6 +192,7 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
         "tool_rows": _tool_rows(project, monitor, page_filters),
         "policy": policy,
         "policy_error": policy_error,
+        "since": filters.get("since"),
     }
     status = 200 if valid else 422
     if request.htmx:

@@ -1,10 +1,12 @@
 """The monitors page, the nav's alert count, the training-data page and GET /api/v1/alerts."""
 
+from datetime import timedelta
 from html.parser import HTMLParser
 
 import pytest
 from django.core.cache import cache
 from django.test import Client
+from django.utils import timezone
 
 from reviewapp.models import Trace
 from reviewapp.services import alerts
@@ -75,9 +77,11 @@ def test_filters_narrow_the_monitors_and_htmx_gets_the_fragment(victor, project)
     fragment = response.content.decode()
     assert response.status_code == 200
     assert fragment.lstrip().startswith('<div id="monitor-results">')
-    assert "Over time (hour)" in fragment
+    # Per hour covers two weeks unless told otherwise, and its links say so.
+    since = (timezone.localdate() - timedelta(days=13)).isoformat()
+    assert f"Over time (hour, since {since})" in fragment
     # Evidence links keep the page's filters.
-    assert "/p/acme/traces/?model=agent-2&amp;adapter=base" in fragment
+    assert f"/p/acme/traces/?model=agent-2&amp;since={since}&amp;adapter=base" in fragment
 
 
 def test_a_bad_filter_is_422_not_500(victor, project):
