@@ -110,25 +110,38 @@ def nearest(matrix: np.ndarray, query: np.ndarray, k: int) -> tuple[np.ndarray, 
 
 
 def kmeans(
-    vectors: np.ndarray, k: int, *, seed: int = 0, iterations: int = 25
+    vectors: np.ndarray, k: int, *, seed: int = 0, iterations: int = 25, restarts: int = 3
 ) -> tuple[np.ndarray, np.ndarray]:
     """Spherical k-means (cosine) with k-means++ seeding: (labels, unit centroids).
 
-    Deterministic for a seed. Stops early once no label changes.
+    The best of `restarts` seedings, by total similarity of each vector to its centroid: one
+    seeding alone can settle with two groups merged and another split. Deterministic for a seed.
     """
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    for attempt in range(max(1, restarts)):
+        rng = np.random.default_rng([seed, attempt])
+        labels, centroids = _kmeans_once(vectors, max(1, min(k, len(vectors))), rng, iterations)
+        fit = float(np.einsum("ij,ij->", vectors, centroids[labels]))
+        if best is None or fit > best[0]:
+            best = (fit, labels, centroids)
+    return best[1], best[2]
+
+
+def _kmeans_once(
+    vectors: np.ndarray, k: int, rng: np.random.Generator, iterations: int
+) -> tuple[np.ndarray, np.ndarray]:
     n = len(vectors)
-    k = max(1, min(k, n))
-    rng = np.random.default_rng(seed)
     centroids = np.empty((k, vectors.shape[1]), dtype=np.float32)
     centroids[0] = vectors[rng.integers(n)]
     # Squared distance of unit vectors is 2 - 2 cos; pick the next seed in proportion to it.
-    distance = np.maximum(2 - 2 * (vectors @ centroids[0]), 0)
+    distance = np.maximum(2 - 2 * (vectors @ centroids[0]), 0).astype(np.float64)
     for index in range(1, k):
         total = distance.sum()
         choice = rng.choice(n, p=distance / total) if total > 0 else rng.integers(n)
         centroids[index] = vectors[choice]
         distance = np.minimum(distance, np.maximum(2 - 2 * (vectors @ centroids[index]), 0))
     labels = np.full(n, -1)
+    # Stops early once no label changes.
     for _ in range(iterations):
         new_labels = np.argmax(vectors @ centroids.T, axis=1)
         if np.array_equal(new_labels, labels):
