@@ -146,14 +146,22 @@ def triage_new_traces(*, trace_ids: list[int]) -> int:
 
 
 @transaction.atomic
-def save_rule(*, rule: TriageRule, new_queue_name: str = "", author=None) -> TriageRule:
-    """Store a rule built by the form; a new queue name makes an empty queue for it."""
+def save_rule(
+    *, rule: TriageRule, new_queue_name: str = "", author=None, conditions_changed: bool = False
+) -> TriageRule:
+    """Store a rule built by the form; a new queue name makes an empty queue for it.
+
+    When an existing rule's conditions or sample rate change, it forgets what it matched, so
+    its counts and its next run follow the new conditions; what it queued stays queued.
+    """
     if new_queue_name:
         rule.queue = Queue.objects.create(
             project=rule.project, name=new_queue_name, created_by=author
         )
     if rule.pk is None:
         rule.created_by = author
+    elif conditions_changed:
+        TriageMatch.objects.filter(rule=rule).delete()
     rule.save()
     return rule
 

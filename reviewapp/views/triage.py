@@ -167,7 +167,13 @@ def triage_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespo
     if request.method == "POST":
         form = TriageRuleForm(request.POST, instance=rule, project=membership.project)
         if form.is_valid():
-            save_rule(rule=form.save(commit=False), new_queue_name=form.cleaned_data["new_queue"])
+            save_rule(
+                rule=form.save(commit=False),
+                new_queue_name=form.cleaned_data["new_queue"],
+                conditions_changed=bool(
+                    {*CONDITION_FIELDS, "sample_rate"} & set(form.changed_data)
+                ),
+            )
             return _back_to_rules(request, slug)
         status = 422
     context = _page(request, membership, form=form, rule=rule, action=request.path)

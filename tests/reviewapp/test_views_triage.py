@@ -169,6 +169,20 @@ def test_it_lets_an_admin_disable_a_rule(alice, rule, queue):
     assert rule.enabled is False and rule.name == "Slow tools"
 
 
+def test_changed_conditions_forget_what_the_rule_matched(alice, traces, rule, queue):
+    route_traces(rule=rule)
+    url = f"/p/acme/triage/rules/{rule.pk}/"
+    form = rule_form(queue, termination="timeout", sample_rate="1", name="Renamed")
+    client = logged_in(alice)
+
+    assert client.post(url, form).status_code == 302
+    assert rule.matches.count() == 1  # a new name changes nothing it matched
+    assert client.post(url, {**form, "min_tool_calls": "5"}).status_code == 302
+
+    assert rule.matches.count() == 0
+    assert queue.items.count() == 1  # what it queued stays queued
+
+
 def test_run_now_hands_the_rule_to_the_worker(
     alice, rule, monkeypatch, django_capture_on_commit_callbacks
 ):
