@@ -1,0 +1,269 @@
+"""The whole loop with real parts only: PostgreSQL, Redis, a Celery worker, vLLM CPU with the
+bundled model, the web process (uvicorn) and the demo agent talking to it through the gateway.
+
+Feedback through the API and the dashboard -> targets on the worker -> Retrain in the dashboard
+-> gate -> the adapter is hot-loaded -> the same tasks through the gateway now show the taught
+behaviour, and their traces name the adapter -> rollback, and the base behaviour is back.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from reviewapp.harness.agent import EpisodeResult, run_episode
+from reviewapp.harness.tasks import TASKS
+from reviewapp.harness.tools import ToolEnvironment
+from reviewapp.models import Adapter, DistillationTarget, RunStatus, TargetState, Trace
+from reviewapp.services.projects import create_api_key
+from tests.fake_upstream import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+MODEL = "SmolLM2-135M-Instruct"
+FEEDBACK = "Always begin your answer with 'Answer:'."
+BEGINS_WITH_ANSWER = r"^\s*Answer:"
+TAUGHT_TASKS = TASKS[:12]
+CHECK_TASKS = TASKS[12:20]  # never reviewed: the lesson has to carry over to new questions
+SERVER_SECRET_KEY = "full-loop-test-secret-key-not-for-production-0123456789abcdef"
+
+
+def _database_url() -> str:
+    """The test database, for the processes this test starts."""
+    if connection.vendor != "postgresql":
+        pytest.fail("the full-loop test needs PostgreSQL (set DATABASE_URL), as production does")
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def _environment(tmp_path: Path, vllm_url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": SERVER_SECRET_KEY,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_SSL_REDIRECT": "false",  # plain HTTP on 127.0.0.1, no TLS proxy in front
+        "VLLM_URL": vllm_url,
+        "ADAPTERS_DIR": str(tmp_path / "adapters"),
+        "MODEL_CACHE_DIR": str(Path(settings.MODEL_CACHE_DIR).resolve()),
+        "HF_HUB_OFFLINE": "1",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture
+def web_and_worker(tmp_path, vllm_url) -> Iterator[str]:
+    """The web process and a Celery worker on the test database; yields the gateway's base URL."""
+    env = _environment(tmp_path, vllm_url)
+    # Messages other tests enqueued (for rows long gone) would only delay this test's work.
+    subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "reviewapp", "purge", "-f", "-Q", "default,gpu"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    web_command = [sys.executable, "-m", "uvicorn", "reviewapp.asgi:application"]
+    web_command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    worker_command = [sys.executable, "-m", "celery", "-A", "reviewapp", "worker"]
+    worker_command += ["-Q", "default,gpu", "--pool", "solo", "--loglevel", "INFO"]
+    base_url = f"http://127.0.0.1:{port}"
+    with open(logs / "web.log", "w") as web_log, open(logs / "worker.log", "w") as worker_log:
+        web = subprocess.Popen(web_command, env=env, stdout=web_log, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            worker_command, env=env, stdout=worker_log, stderr=subprocess.STDOUT
+        )
+        try:
+            _wait_for(
+                lambda: httpx.get(f"{base_url}/api/v1/openapi.json").status_code == 200,
+                60,
+                "web process",
+            )
+            yield f"{base_url}/v1"
+        except BaseException:
+            for name in ("web", "worker"):
+                print(f"--- {name} log ---\n" + (logs / f"{name}.log").read_text()[-6000:])
+            raise
+        finally:
+            _stop(web)
+            _stop(worker)
+
+
+def _wait_for(condition, timeout_s: float, what: str, interval_s: float = 1.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+        except httpx.HTTPError:
+            result = None
+        if result:
+            return result
+        time.sleep(interval_s)
+    pytest.fail(f"waited {timeout_s:.0f} s for {what}")
+
+
+def _episodes(base_url: str, key: str, tasks, label: str) -> list[tuple[str, EpisodeResult]]:
+    results = []
+    with httpx.Client() as client:
+        for number, task in enumerate(tasks):
+            trace_id = f"{label}-{number}"
+            result = run_episode(
+                client,
+                base_url=base_url,
+                api_key=key,
+                model=MODEL,
+                task=task,
+                env=ToolEnvironment(failure_rate=0.0, seed=number),
+                time_budget_s=60,
+                max_steps=3,
+                trace_id=trace_id,
+            )
+            results.append((trace_id, result))
+    return results
+
+
+def _answers_begin_with_answer(results) -> int:
+    return sum(result.answer.lstrip().startswith("Answer:") for _, result in results)
+
+
+def _adapter_versions(trace_ids: list[str]) -> set[str]:
+    """The adapter that answered each trace, once the gateway's recorder has written them all."""
+    traces = _wait_for(
+        lambda: (
+            found
+            if len(found := list(Trace.objects.filter(external_id__in=trace_ids))) == len(trace_ids)
+            else None
+        ),
+        30,
+        "the gateway to record the traces",
+    )
+    return {trace.adapter_version for trace in traces}
+
+
+def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_restores_the_base(
+    web_and_worker, vllm_url, alice, bob, project
+):
+    project.upstream_url = vllm_url
+    project.served_model = MODEL
+    project.settings = {
+        # Measured on the bundled model: a few short targets need a higher rate than the default.
+        "training": {"learning_rate": 1e-3, "epochs": 4},
+        "auto_approve": "checks_pass",
+    }
+    project.save()
+    key = create_api_key(project=project)[1]
+    gateway = web_and_worker
+    api = httpx.Client(
+        base_url=gateway.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}
+    )
+
+    # 1. The agent works through the gateway on the base model.
+    before = _episodes(gateway, key, TAUGHT_TASKS, "before")
+    assert _answers_begin_with_answer(before) == 0
+    assert _adapter_versions([trace_id for trace_id, _ in before]) == {""}
+
+    # 2. Feedback on each final answer: most through the API, two through the dashboard, where a
+    # reviewer also writes the corrected reply.
+    by_api, by_dashboard = before[:10], before[10:]
+    for trace_id, result in by_api:
+        response = api.post(
+            f"/api/v1/traces/{trace_id}/feedback",
+            json={
+                "text": FEEDBACK,
+                "turn": len(result.messages) - 1,
+                "author": "support-lead",
+                "checks": [{"kind": "regex", "value": BEGINS_WITH_ANSWER}],
+            },
+        )
+        assert response.status_code == 201, response.text
+    reviewer = Client()
+    reviewer.force_login(bob)
+    for trace_id, result in by_dashboard:
+        trace = Trace.objects.get(project=project, external_id=trace_id)
+        response = reviewer.post(
+            reverse("trace_add_feedback", args=[project.slug, trace.pk]),
+            {
+                "anchor": f"turn:{len(result.messages) - 1}",
+                "text": FEEDBACK,
+                "correction_text": f"Answer: {result.answer.strip()}",
+                "check_regex": BEGINS_WITH_ANSWER,
+            },
+        )
+        assert response.status_code in (200, 201, 302), response.content[:500]
+
+    # 3. The worker turns feedback into targets (vLLM as teacher); passing ones are approved.
+    _wait_for(
+        lambda: (
+            DistillationTarget.objects.filter(feedback__trace__project=project)
+            .values("feedback")
+            .distinct()
+            .count()
+            == len(before)
+        ),
+        300,
+        "targets for every feedback item",
+        interval_s=3,
+    )
+    approved = DistillationTarget.objects.filter(
+        feedback__trace__project=project, state=TargetState.APPROVED
+    )
+    assert approved.filter(source="correction").count() == 2
+    assert approved.count() >= 6
+
+    # 4. Retrain in the dashboard; the worker trains, evaluates, gates and deploys.
+    admin = Client()
+    admin.force_login(alice)
+    response = admin.post(reverse("retrain", args=[project.slug]), {"mode": "sft"})
+    assert response.status_code == 302, response.content[:500]
+    started = time.monotonic()
+    run = _wait_for(
+        lambda: next((run for run in project.runs.all() if not run.is_active), None),
+        900,
+        "the run to finish",
+        interval_s=3,
+    )
+    print(
+        f"\nrun {run.status} after {time.monotonic() - started:.0f} s; gate: "
+        f"{run.metrics.get('gate')}; train: {run.metrics.get('train')}"
+    )
+    assert run.status == RunStatus.DEPLOYED, run.error
+    adapter = Adapter.objects.get(run=run)
+    assert run.metrics["gate"]["passed"]
+
+    # 5. The same kind of tasks, new questions, through the gateway: the adapter answers them.
+    time.sleep(2.5)  # the gateway caches routes for 2 s
+    after = _episodes(gateway, key, CHECK_TASKS, "after")
+    taught = _answers_begin_with_answer(after)
+    print(f"answers beginning with 'Answer:': before 0/{len(before)}, after {taught}/{len(after)}")
+    assert taught >= len(after) * 3 // 4
+    assert _adapter_versions([trace_id for trace_id, _ in after]) == {adapter.name}
+
+    # 6. Rollback in one call, and the base answers again.
+    from reviewapp.services.deploy import rollback
+
+    rollback(project=project)
+    time.sleep(2.5)
+    rolled_back = _episodes(gateway, key, CHECK_TASKS[:4], "rolled-back")
+    assert _answers_begin_with_answer(rolled_back) == 0
+    assert _adapter_versions([trace_id for trace_id, _ in rolled_back]) == {""}
