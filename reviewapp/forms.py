@@ -5,6 +5,7 @@ import json
 from django import forms
 
 from reviewapp.rendering import TurnView
+from reviewapp.services.targets import AUTO_APPROVE_POLICIES
 
 
 class FeedbackForm(forms.Form):
@@ -85,3 +86,10 @@ class FeedbackForm(forms.Form):
             "correction": correction,
             "checks": checks,
         }
+
+
+class AutoApproveForm(forms.Form):
+    policy = forms.ChoiceField(label="Auto-approve", choices=AUTO_APPROVE_POLICIES.items())
+    apply_to_proposed = forms.BooleanField(
+        label="also approve the proposed targets that pass now", required=False
+    )

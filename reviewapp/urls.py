@@ -59,6 +59,7 @@ urlpatterns = [
         name="queue_agreement",
     ),
     path(f"{project}targets/", training.target_list, name="target_list"),
+    path(f"{project}targets/policy/", training.target_policy, name="target_policy"),
     path(f"{project}targets/<int:target_id>/", training.target_review, name="target_review"),
     path(f"{project}retrain/", training.retrain, name="retrain"),
     path(f"{project}runs/<int:run_id>/", training.run_detail, name="run_detail"),

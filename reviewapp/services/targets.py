@@ -1,7 +1,9 @@
 """Reviewers' decisions on distillation targets."""
 
+from django.db import transaction
+
 from reviewapp.ingest.chat import Message
-from reviewapp.models import DistillationTarget, TargetState
+from reviewapp.models import DistillationTarget, Project, TargetState
 
 
 def review_target(
@@ -25,3 +27,33 @@ def review_target(
     target.reviewed_by = reviewer
     target.save(update_fields=["state", "target", "reviewed_by"])
     return target
+
+
+AUTO_APPROVE_POLICIES = {
+    "manual": "a reviewer approves every proposed target",
+    "checks_pass": "targets that pass their feedback's checks are approved as they are proposed",
+}
+
+
+@transaction.atomic
+def set_auto_approve(*, project: Project, policy: str, apply_to_proposed: bool = False) -> int:
+    """Store the project's auto-approve policy; optionally approve what it would have approved.
+
+    Only targets whose feedback has checks qualify: with no checks, "passes" proves nothing.
+    Returns how many proposed targets were approved now.
+    """
+    if policy not in AUTO_APPROVE_POLICIES:
+        raise ValueError(f"unknown auto-approve policy {policy!r}")
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+    project.refresh_from_db(fields=["settings"])
+    project.settings = {**project.settings, "auto_approve": policy}
+    project.save(update_fields=["settings"])
+    if policy != "checks_pass" or not apply_to_proposed:
+        return 0
+    return (
+        DistillationTarget.objects.filter(
+            feedback__trace__project=project, state=TargetState.PROPOSED, passes_checks=True
+        )
+        .exclude(feedback__checks=[])
+        .update(state=TargetState.APPROVED)
+    )

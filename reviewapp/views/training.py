@@ -9,9 +9,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from reviewapp.charts import line_chart
+from reviewapp.forms import AutoApproveForm
 from reviewapp.models import Adapter, DistillationTarget, Feedback, TargetState, TrainingRun
 from reviewapp.services.dataset import build_training_set
-from reviewapp.services.targets import review_target
+from reviewapp.services.targets import AUTO_APPROVE_POLICIES, review_target, set_auto_approve
 from reviewapp.services.training import (
     RetrainError,
     approved_targets,
@@ -62,8 +63,43 @@ def target_list(request: HttpRequest, slug: str) -> HttpResponse:
         .select_related("feedback__trace")
         .order_by("feedback_id", "id")[:200]
     )
-    context = {**_base_context(request, membership), "targets": targets, "state": state}
+    context = {
+        **_base_context(request, membership),
+        "targets": targets,
+        "state": state,
+        **_policy_context(membership.project),
+    }
     return render(request, "training/targets.html", context)
+
+
+def _policy_context(project, form: AutoApproveForm | None = None, approved_now: int = 0) -> dict:
+    policy = project.settings.get("auto_approve") or "manual"
+    return {
+        "policy_form": form or AutoApproveForm(initial={"policy": policy}),
+        "policy_description": AUTO_APPROVE_POLICIES.get(policy, policy),
+        "approved_now": approved_now,
+    }
+
+
+@require_POST
+@login_required
+def target_policy(request: HttpRequest, slug: str) -> HttpResponse:
+    """Admins choose whether targets that pass their checks skip the reviewer."""
+    membership = get_admin_membership_for_user(request.user, slug)
+    project = membership.project
+    form = AutoApproveForm(request.POST)
+    approved_now, status = 0, 422
+    if form.is_valid():
+        approved_now = set_auto_approve(
+            project=project,
+            policy=form.cleaned_data["policy"],
+            apply_to_proposed=form.cleaned_data["apply_to_proposed"],
+        )
+        form, status = None, 200
+    if not request.htmx and status == 200:
+        return redirect("target_list", slug=slug)
+    context = {**_base_context(request, membership), **_policy_context(project, form, approved_now)}
+    return render(request, "training/targets.html#target-policy", context, status=status)
 
 
 @require_POST

@@ -132,3 +132,74 @@ def test_cancel_marks_a_queued_run_cancelled(alice, project):
 def test_another_projects_run_is_404(mallory, project):
     run = TrainingRun.objects.create(project=project, config={})
     assert logged_in(mallory).get(f"/p/acme/runs/{run.pk}/").status_code == 404
+
+
+def _with_checks(target: DistillationTarget, *, passes: bool) -> DistillationTarget:
+    target.feedback.checks = [{"kind": "regex", "value": "^Answer:"}]
+    target.feedback.save(update_fields=["checks"])
+    target.passes_checks = passes
+    target.save(update_fields=["passes_checks"])
+    return target
+
+
+def test_an_admin_turns_on_auto_approve_and_approves_what_passes_now(alice, project, proposed):
+    _with_checks(proposed, passes=True)
+    response = logged_in(alice).post(
+        "/p/acme/targets/policy/",
+        {"policy": "checks_pass", "apply_to_proposed": "on"},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 200
+    assert "1 proposed target approved now" in response.content.decode()
+    project.refresh_from_db()
+    assert project.settings["auto_approve"] == "checks_pass"
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.APPROVED
+
+
+def test_auto_approve_leaves_failing_targets_and_feedback_without_checks_to_reviewers(
+    alice, project, proposed
+):
+    _with_checks(proposed, passes=False)
+    logged_in(alice).post(
+        "/p/acme/targets/policy/", {"policy": "checks_pass", "apply_to_proposed": "on"}
+    )
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.PROPOSED
+    proposed.feedback.checks = []
+    proposed.feedback.save(update_fields=["checks"])
+    proposed.passes_checks = True
+    proposed.save(update_fields=["passes_checks"])
+    logged_in(alice).post(
+        "/p/acme/targets/policy/", {"policy": "checks_pass", "apply_to_proposed": "on"}
+    )
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.PROPOSED
+
+
+def test_the_policy_alone_approves_nothing_already_proposed(alice, project, proposed):
+    _with_checks(proposed, passes=True)
+    response = logged_in(alice).post("/p/acme/targets/policy/", {"policy": "checks_pass"})
+    assert response.status_code == 302
+    proposed.refresh_from_db()
+    assert proposed.state == TargetState.PROPOSED
+    page = logged_in(alice).get("/p/acme/targets/").content.decode()
+    assert "targets that pass their feedback&#x27;s checks are approved" in page
+
+
+def test_an_unknown_policy_is_422_and_changes_nothing(alice, project, proposed):
+    response = logged_in(alice).post(
+        "/p/acme/targets/policy/", {"policy": "everything"}, headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 422
+    assert "Select a valid choice" in response.content.decode()
+    project.refresh_from_db()
+    assert "auto_approve" not in project.settings
+
+
+def test_only_admins_of_the_project_set_the_policy(bob, mallory, project, proposed):
+    assert logged_in(bob).post("/p/acme/targets/policy/", {"policy": "manual"}).status_code == 403
+    response = logged_in(mallory).post("/p/acme/targets/policy/", {"policy": "manual"})
+    assert response.status_code == 404
+    project.refresh_from_db()
+    assert "auto_approve" not in project.settings
