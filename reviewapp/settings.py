@@ -178,7 +178,8 @@ INGEST_MAX_MESSAGES_PER_TRACE = env.int("INGEST_MAX_MESSAGES_PER_TRACE", default
 INGEST_MAX_NESTING_DEPTH = env.int("INGEST_MAX_NESTING_DEPTH", default=32)
 # Admission limits, per web process: past these many requests in flight, more are answered
 # 503 with Retry-After at once instead of queueing until the client times out.
-INGEST_MAX_IN_FLIGHT = env.int("INGEST_MAX_IN_FLIGHT", default=32)
+# Ingest is CPU-bound under one interpreter lock: past a few in flight, more only add latency.
+INGEST_MAX_IN_FLIGHT = env.int("INGEST_MAX_IN_FLIGHT", default=8)
 GATEWAY_MAX_IN_FLIGHT = env.int("GATEWAY_MAX_IN_FLIGHT", default=256)
 ADMISSION_RETRY_AFTER_SECONDS = env.int("ADMISSION_RETRY_AFTER_SECONDS", default=1)
 # Django's own cap would answer 400 before ours could answer 413.

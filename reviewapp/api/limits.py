@@ -78,4 +78,7 @@ def overloaded(kind: str) -> JsonResponse:
         body = {"error": "overloaded", "detail": detail}
     response = JsonResponse(body, status=503)
     response["Retry-After"] = str(settings.ADMISSION_RETRY_AFTER_SECONDS)
+    # Django logs every 5xx as an error; a line per refusal would cost the most exactly when
+    # there is nothing to spare (clients see the 503s; bench/load.py counts them).
+    response._has_been_logged = True
     return response
