@@ -17,14 +17,15 @@ import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.test import Client
 from django.urls import reverse
+from playwright.sync_api import expect
 
 from reviewapp.harness.agent import EpisodeResult, run_episode
 from reviewapp.harness.tasks import TASKS
 from reviewapp.harness.tools import ToolEnvironment
-from reviewapp.models import Adapter, DistillationTarget, RunStatus, TargetState, Trace
+from reviewapp.models import ACTIVE_RUN_STATUSES, Adapter, DistillationTarget, TargetState, Trace
 from reviewapp.services.projects import create_api_key
+from tests.e2e.conftest import sign_in
 from tests.fake_upstream import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -34,6 +35,7 @@ FEEDBACK = "Always begin your answer with 'Answer:'."
 BEGINS_WITH_ANSWER = r"^\s*Answer:"
 TAUGHT_TASKS = TASKS[:12]
 CHECK_TASKS = TASKS[12:20]  # never reviewed: the lesson has to carry over to new questions
+ACTIVE_STATES = {str(status) for status in ACTIVE_RUN_STATUSES}
 SERVER_SECRET_KEY = "full-loop-test-secret-key-not-for-production-0123456789abcdef"
 
 
@@ -162,7 +164,7 @@ def _adapter_versions(trace_ids: list[str]) -> set[str]:
 
 
 def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_restores_the_base(
-    web_and_worker, vllm_url, alice, bob, project
+    web_and_worker, vllm_url, alice, project, page, live_server
 ):
     project.upstream_url = vllm_url
     project.served_model = MODEL
@@ -183,8 +185,8 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     assert _answers_begin_with_answer(before) == 0
     assert _adapter_versions([trace_id for trace_id, _ in before]) == {""}
 
-    # 2. Feedback on each final answer: most through the API, two through the dashboard, where a
-    # reviewer also writes the corrected reply.
+    # 2. Feedback on each final answer: most through the API, two in the dashboard (a browser),
+    # where the reviewer also writes the corrected reply.
     by_api, by_dashboard = before[:10], before[10:]
     for trace_id, result in by_api:
         response = api.post(
@@ -197,20 +199,18 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
             },
         )
         assert response.status_code == 201, response.text
-    reviewer = Client()
-    reviewer.force_login(bob)
+    sign_in(page.context, alice, live_server)
     for trace_id, result in by_dashboard:
         trace = Trace.objects.get(project=project, external_id=trace_id)
-        response = reviewer.post(
-            reverse("trace_add_feedback", args=[project.slug, trace.pk]),
-            {
-                "anchor": f"turn:{len(result.messages) - 1}",
-                "text": FEEDBACK,
-                "correction_text": f"Answer: {result.answer.strip()}",
-                "check_regex": BEGINS_WITH_ANSWER,
-            },
-        )
-        assert response.status_code in (200, 201, 302), response.content[:500]
+        page.goto(reverse("trace_detail", args=[project.slug, trace.pk]))
+        form = page.locator("#feedback-form")
+        form.locator("select[name=anchor]").select_option(f"turn:{len(result.messages) - 1}")
+        form.locator("textarea[name=text]").fill(FEEDBACK)
+        form.locator("summary").click()
+        form.locator("textarea[name=correction_text]").fill(f"Answer: {result.answer.strip()}")
+        form.locator("input[name=check_regex]").fill(BEGINS_WITH_ANSWER)
+        form.get_by_role("button", name="Save feedback").click()
+        expect(page.locator("#feedback-panel article.feedback")).to_have_count(1)
 
     # 3. The worker turns feedback into targets (vLLM as teacher); passing ones are approved.
     _wait_for(
@@ -231,23 +231,31 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     assert approved.filter(source="correction").count() == 2
     assert approved.count() >= 6
 
-    # 4. Retrain in the dashboard; the worker trains, evaluates, gates and deploys.
-    admin = Client()
-    admin.force_login(alice)
-    response = admin.post(reverse("retrain", args=[project.slug]), {"mode": "sft"})
-    assert response.status_code == 302, response.content[:500]
+    # 4. Retrain, clicked in the browser; the run page's progress bar follows the worker as it
+    # trains, evaluates, gates and deploys.
+    page.goto(reverse("retrain", args=[project.slug]))
+    page.click("#retrain-button")
+    page.wait_for_url("**/runs/*/")
     started = time.monotonic()
-    run = _wait_for(
-        lambda: next((run for run in project.runs.all() if not run.is_active), None),
-        900,
-        "the run to finish",
-        interval_s=3,
-    )
+    states, percents = [], set()
+    while time.monotonic() - started < 1200:
+        state = page.locator("#run-state").inner_text()
+        if not states or states[-1] != state:
+            states.append(state)
+        percents.add(int(page.locator("#run-progress").get_attribute("value")))
+        if state not in ACTIVE_STATES:
+            break
+        time.sleep(1)
+    run = project.runs.get()
     print(
-        f"\nrun {run.status} after {time.monotonic() - started:.0f} s; gate: "
-        f"{run.metrics.get('gate')}; train: {run.metrics.get('train')}"
+        f"\nrun {run.status} after {time.monotonic() - started:.0f} s, page showed {states}, "
+        f"progress {sorted(percents)}; gate: {run.metrics.get('gate')}; "
+        f"train: {run.metrics.get('train')}"
     )
-    assert run.status == RunStatus.DEPLOYED, run.error
+    assert states[-1] == "deployed", run.error
+    assert "training" in states and "evaluating" in states  # the page updated as it went
+    assert percents - {0, 100}, "the progress bar never showed a step in between"
+    assert page.locator("#run-progress").get_attribute("value") == "100"
     adapter = Adapter.objects.get(run=run)
     assert run.metrics["gate"]["passed"]
 
@@ -259,10 +267,10 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     assert taught >= len(after) * 3 // 4
     assert _adapter_versions([trace_id for trace_id, _ in after]) == {adapter.name}
 
-    # 6. Rollback in one call, and the base answers again.
-    from reviewapp.services.deploy import rollback
-
-    rollback(project=project)
+    # 6. Rollback from the adapter's page, and the base answers again.
+    page.click("#run-adapter")
+    page.click("#rollback")
+    expect(page.locator("#deployment-state")).to_have_text("not serving")
     time.sleep(2.5)
     rolled_back = _episodes(gateway, key, CHECK_TASKS[:4], "rolled-back")
     assert _answers_begin_with_answer(rolled_back) == 0
