@@ -74,7 +74,7 @@ def test_worker_killed_mid_target_generation_redelivers_and_stores_targets_once(
 
 
 def test_overlapping_deliveries_of_target_generation_store_targets_once(stack, headers):
-    upstream = _slow_teacher(stack, delay_s=10)
+    upstream = _slow_teacher(stack, delay_s=6)
     web = stack.web()
     # Shorter than the task: the broker presumes the first worker dead and hands the task to
     # the second while the first is still generating.

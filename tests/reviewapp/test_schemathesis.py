@@ -15,7 +15,7 @@ from tests.factories import make_trace
 pytestmark = pytest.mark.slow
 
 EXAMPLES_PER_OPERATION = 40
-TIME_BUDGET_S = 80
+TIME_BUDGET_S = 50
 
 
 def test_no_generated_request_gets_a_server_error(live_server, transactional_db, tmp_path):
@@ -51,5 +51,6 @@ def test_no_generated_request_gets_a_server_error(live_server, transactional_db,
     for line in next(tmp_path.glob("*.ndjson")).read_text().splitlines():
         event = json.loads(line)
         if "ScenarioFinished" in event:
-            requests += len(event["ScenarioFinished"]["recorder"]["interactions"])
-    assert requests > 300  # the run did try the API, not just load the document
+            recorder = event["ScenarioFinished"].get("recorder") or {}
+            requests += len(recorder.get("interactions") or {})
+    assert requests > 200  # the run did try the API, not just load the document
