@@ -11,6 +11,8 @@ from django.utils import timezone
 from reviewapp.models import (
     ACTIVE_RUN_STATUSES,
     DistillationTarget,
+    Feedback,
+    FeedbackStatus,
     Project,
     RunStatus,
     TargetState,
@@ -99,3 +101,27 @@ def fail_stale_runs(*, project: Project | None = None) -> int:
         error="the worker stopped reporting (killed or lost); start the run again",
         finished_at=timezone.now(),
     )
+
+
+def resend_lost_work() -> dict[str, int]:
+    """Fail runs whose worker died, and send again what a lost enqueue may have dropped.
+
+    A worker calls this when it starts. An enqueue happens after its transaction commits, so a
+    broker that was down for longer than the publish retries, or that lost its queues, leaves
+    a queued run or open feedback with no message behind it. Both tasks claim their work, so a
+    message sent twice costs only a no-op.
+    """
+    from training.tasks import propose_targets_for_feedback, run_training
+
+    failed = fail_stale_runs()
+    runs = list(TrainingRun.objects.filter(status=RunStatus.QUEUED).values_list("pk", flat=True))
+    for run_id in runs:
+        run_training.delay(run_id)
+    feedback_ids = list(
+        Feedback.objects.filter(status=FeedbackStatus.OPEN, targets__isnull=True).values_list(
+            "pk", flat=True
+        )
+    )
+    for feedback_id in feedback_ids:
+        propose_targets_for_feedback.delay(feedback_id)
+    return {"failed_runs": failed, "runs": len(runs), "feedback": len(feedback_ids)}

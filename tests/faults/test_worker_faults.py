@@ -2,15 +2,18 @@
 running, no targets stored twice, no half-written adapter."""
 
 import os
+import re
 import signal
 import threading
 import time
 
 import httpx
 import pytest
+import redis
 
 from tests.faults.clients import IngestLog, batch, send_until_acknowledged
 from tests.faults.conftest import (
+    CONVERSATION,
     approve_a_correction,
     finished_run,
     use_tiny_base,
@@ -60,14 +63,17 @@ def test_worker_killed_mid_target_generation_redelivers_and_stores_targets_once(
     _feedback_without_correction(web, headers)
     wait_for(lambda: _teacher_calls(upstream) == 1, timeout=60, what="the teacher to be asked")
     worker.kill()  # the whole worker, main process included: nobody acknowledges the task
+    (task_id,) = re.findall(r"training\.propose_targets\[([0-9a-f-]+)\] received", worker.tail())
 
-    stack.worker(**visibility)
+    restarted = stack.worker(**visibility)
     wait_for(
         lambda: stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget"),
         timeout=60,
         what="the redelivered task to store its targets",
     )
-    time.sleep(6)  # time for any further (wrong) redelivery to land
+    # The broker handed the unacknowledged task to the new worker once it was presumed dead.
+    wait_for(lambda: f"[{task_id}] received" in restarted.tail(), timeout=30, what="redelivery")
+    time.sleep(3)  # time for any further (wrong) delivery to land
     assert _teacher_calls(upstream) == 2
     assert stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget") == 1
     assert stack.scalar("SELECT status FROM reviewapp_feedback") == "used"
@@ -178,3 +184,31 @@ def test_redis_restarted_during_a_run_and_ingest_loses_nothing(
         what="the worker to take work after the restart",
     )
     assert worker.process.poll() is None
+
+
+def test_a_starting_worker_resends_work_whose_messages_the_broker_lost(
+    stack, headers, make_tiny_llama, make_tiny_tokenizer
+):
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer)
+    web = stack.web()
+    # Enqueued while no worker runs, then lost: a broker restarted without its queues (or down
+    # for longer than the publish retries).
+    feedback = {"text": "x", "turn": 1, "correction": {"role": "assistant", "content": "paris"}}
+    trace = {"external_id": "t", "messages": CONVERSATION}
+    api = f"{web.url}/api/v1/traces"
+    assert httpx.post(api, json={"traces": [trace]}, headers=headers).status_code == 207
+    assert httpx.post(f"{api}/t/feedback", json=feedback, headers=headers).status_code == 201
+    redis.Redis(port=stack.redis.port).flushall()
+
+    worker = stack.worker()
+    wait_for(
+        lambda: stack.scalar("SELECT count(*) FROM reviewapp_distillationtarget") == 1,
+        timeout=60,
+        what="the resent proposal",
+    )
+    worker.kill()
+    run_id = httpx.post(f"{web.url}/api/v1/runs", json={}, headers=headers).json()["id"]
+    redis.Redis(port=stack.redis.port).flushall()
+    stack.worker()
+    run = wait_for(lambda: finished_run(web, headers, run_id), timeout=120, what="the run")
+    assert run["status"] == "trained"
