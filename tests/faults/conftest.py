@@ -20,9 +20,11 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+import redis
 from psycopg import sql
 
 from bench.apprentice_server import SERVER_SECRET_KEY, free_port, server_command
+from reviewapp.models import ACTIVE_RUN_STATUSES
 from tests.training.conftest import make_tiny_llama, make_tiny_tokenizer  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -123,8 +125,6 @@ class PrivateRedis:
         wait_for(self._answers, timeout=START_TIMEOUT_S, what="redis-server to answer")
 
     def _answers(self) -> bool:
-        import redis
-
         try:
             return redis.Redis(port=self.port, socket_timeout=1).ping()
         except redis.ConnectionError:
@@ -330,7 +330,6 @@ CONVERSATION = [
     {"role": "user", "content": "what is the capital of france ?"},
     {"role": "assistant", "content": "rome"},
 ]
-ACTIVE_RUN_STATUSES = ("queued", "building", "training", "evaluating", "deploying")
 
 
 def use_tiny_base(stack, make_llama, make_tokenizer, *, epochs=2, auto_deploy=False) -> None:
@@ -388,12 +387,12 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 
 @pytest.fixture(scope="session")
 def private_redis() -> Iterator[PrivateRedis]:
-    redis = PrivateRedis()
+    server = PrivateRedis()
     try:
-        redis.start()
-        yield redis
+        server.start()
+        yield server
     finally:
-        redis.cleanup()
+        server.cleanup()
 
 
 @pytest.fixture(scope="session")
@@ -430,8 +429,6 @@ def stack(request, private_postgres, private_redis, project_key) -> Iterator[Sta
             sql.Identifier(name), sql.Identifier(TEMPLATE_DATABASE)
         )
     )
-    import redis
-
     redis.Redis(port=private_redis.port).flushall()
     root = Path(tempfile.mkdtemp(prefix=f"apprentice-{name}-"))
     stack = Stack(private_postgres, private_redis, root, name)

@@ -144,7 +144,7 @@ def test_worker_killed_mid_training_fails_the_run_and_loads_no_adapter(
 def test_redis_restarted_during_a_run_and_ingest_loses_nothing(
     stack, headers, make_tiny_llama, make_tiny_tokenizer
 ):
-    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=300)
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=150)
     web = stack.web()
     worker = stack.worker()
     approve_a_correction(stack, web, headers)
@@ -165,9 +165,13 @@ def test_redis_restarted_during_a_run_and_ingest_loses_nothing(
         # Ingest enqueues triage and embedding: the publish retries bridge the restart.
         send_until_acknowledged(client, web.url, headers, batch("during", 50), log)
         restart.join()
+        status_after_restart = stack.scalar(
+            "SELECT status FROM reviewapp_trainingrun WHERE id = %s", run_id
+        )
         send_until_acknowledged(client, web.url, headers, batch("after", 50), log)
 
     run = wait_for(lambda: finished_run(web, headers, run_id), timeout=180, what="the run")
+    assert status_after_restart in ("training", "evaluating")  # the restart hit a live run
     assert run["status"] == "trained"
     assert log.failures == [] and log.retries == 0
     assert set(log.acknowledged.values()) == {201}

@@ -15,7 +15,7 @@ from tests.factories import make_trace
 pytestmark = pytest.mark.slow
 
 EXAMPLES_PER_OPERATION = 40
-TIME_BUDGET_S = 50
+TIME_BUDGET_S = 40
 
 
 def test_no_generated_request_gets_a_server_error(live_server, transactional_db, tmp_path):
