@@ -132,9 +132,14 @@ def test_the_gate_sees_held_out_feedback_regression_prompts_and_good_traces(proj
     """Five feedback items of one kind: one is held out (evaluated, not trained on); a trace that
     went well becomes a regression item whose drift from the base is measured."""
     for number in range(4):
+        # Other questions: the same context and target twice would be one training example.
+        conversation = [
+            {"role": "user", "content": f"what is the capital of france {'?' * (number + 2)}"},
+            CONVERSATION[1],
+        ]
         ingest_traces(
             project=project,
-            raw_items=[{"external_id": f"more-{number}", "messages": CONVERSATION}],
+            raw_items=[{"external_id": f"more-{number}", "messages": conversation}],
         )
         feedback, _ = record_feedback(
             trace=project.traces.get(external_id=f"more-{number}"),
@@ -146,7 +151,7 @@ def test_the_gate_sees_held_out_feedback_regression_prompts_and_good_traces(proj
             feedback=feedback,
             turn=1,
             source="hint",
-            student_context=CONVERSATION[:1],
+            student_context=conversation[:1],
             target={"role": "assistant", "content": "paris"},
             state=TargetState.APPROVED,
         )
