@@ -5,6 +5,7 @@ unavailable database delays recording, never the harness. A process killed with 
 queued loses those records (the harness got its answers); see docs/reliability.md.
 """
 
+import itertools
 import logging
 import queue
 import threading
@@ -17,7 +18,9 @@ from django.db import InterfaceError, OperationalError, connection
 logger = logging.getLogger(__name__)
 
 MAX_QUEUED_CALLS = 10_000
-WRITE_ATTEMPTS = 5
+# How long one record waits for an unavailable database (a restart, a failover) before it is
+# dropped; the calls behind it wait in the queue meanwhile.
+WRITE_RETRY_SECONDS = 60.0
 
 
 @dataclass
@@ -75,15 +78,20 @@ class CallRecorder:
         while True:
             call = self._queue.get()
             try:
-                for attempt in range(1, WRITE_ATTEMPTS + 1):
+                deadline = time.monotonic() + WRITE_RETRY_SECONDS
+                for attempt in itertools.count(1):
                     try:
                         # One connection kept while there is work: a fresh connection per
                         # record cost ~2 ms of CPU and capped recording at ~50 calls/s.
                         calls.record_model_call(call)
                         break
                     except (OperationalError, InterfaceError):  # the database is away: wait
-                        logger.warning("recording a call failed (attempt %d)", attempt)
                         connection.close()
+                        if time.monotonic() > deadline:
+                            self.dropped += 1
+                            logger.error("database away too long; dropped a call record")
+                            break
+                        logger.warning("recording a call failed (attempt %d)", attempt)
                         time.sleep(min(2**attempt * 0.1, 5))
                     except Exception:  # not transient (the project was deleted, say)
                         logger.exception("recording a call failed; dropping it")

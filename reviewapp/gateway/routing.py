@@ -4,13 +4,17 @@ The gateway answers the harness without waiting on the database when it can: a p
 routing is read at most once per CACHE_SECONDS per process.
 """
 
+import logging
 import random
 import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from reviewapp.models import ApiKey, ModelRoute
+
+logger = logging.getLogger(__name__)
 
 CACHE_SECONDS = 2.0
 
@@ -43,14 +47,20 @@ async def project_for_key(secret: str) -> GatewayProject | None:
     cached = _cache.get(secret_hash)
     if cached and cached[0] > now:
         return cached[1]
-    key = await (
-        ApiKey.objects.select_related("project")
-        .filter(secret_hash=secret_hash, revoked_at__isnull=True)
-        .afirst()
-    )
+    try:
+        key = await (
+            ApiKey.objects.select_related("project")
+            .filter(secret_hash=secret_hash, revoked_at__isnull=True)
+            .afirst()
+        )
+        route = await ModelRoute.objects.filter(project=key.project).afirst() if key else None
+    except DatabaseError:
+        if cached:  # the database is away: answer with what this process last knew
+            logger.warning("routing from a stale cache: the database is unavailable")
+            return cached[1]
+        raise
     project = None
     if key is not None:
-        route = await ModelRoute.objects.filter(project=key.project).afirst()
         p = key.project
         project = GatewayProject(
             id=p.pk,

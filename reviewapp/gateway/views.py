@@ -7,6 +7,7 @@ import time
 import httpx
 import orjson
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -43,12 +44,25 @@ def openai_error(status: int, message: str, error_type: str) -> JsonResponse:
     )
 
 
+class DatabaseUnavailable(Exception):
+    """The key could not be checked: the database is away and this process never saw it."""
+
+
 async def _authenticate(request: HttpRequest) -> GatewayProject | None:
     header = request.headers.get("Authorization", "")
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None
-    return await project_for_key(secret.strip())
+    try:
+        return await project_for_key(secret.strip())
+    except DatabaseError as error:
+        raise DatabaseUnavailable from error
+
+
+def _unavailable() -> JsonResponse:
+    response = openai_error(503, "the database is unavailable; retry shortly", "unavailable")
+    response["Retry-After"] = "1"
+    return response
 
 
 def _unauthorized() -> JsonResponse:
@@ -59,7 +73,10 @@ def _unauthorized() -> JsonResponse:
 async def list_models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return openai_error(405, "use GET", "invalid_request_error")
-    project = await _authenticate(request)
+    try:
+        project = await _authenticate(request)
+    except DatabaseUnavailable:
+        return _unavailable()
     if project is None:
         return _unauthorized()
     return JsonResponse(
@@ -76,7 +93,10 @@ async def list_models(request: HttpRequest) -> HttpResponse:
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return openai_error(405, "use POST", "invalid_request_error")
-    project = await _authenticate(request)
+    try:
+        project = await _authenticate(request)
+    except DatabaseUnavailable:
+        return _unavailable()
     if project is None:
         return _unauthorized()
     try:
