@@ -67,7 +67,13 @@ class PrivatePostgres:
     """A throwaway cluster from the machine's binaries; run as `postgres` when we are root."""
 
     def __init__(self) -> None:
-        self.bin = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+        binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not binaries or not shutil.which("redis-server"):
+            raise RuntimeError(
+                "the fault tests start their own PostgreSQL and Redis: install the server "
+                "packages (postgresql, redis-server); nothing needs to be running"
+            )
+        self.bin = binaries[-1]
         self.root = Path(tempfile.mkdtemp(prefix="apprentice-faults-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"
