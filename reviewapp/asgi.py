@@ -5,8 +5,11 @@ from importlib import import_module
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
+from reviewapp.api.limits import AdmissionLimit
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewapp.settings")
-application = get_asgi_application()
+# Past the admission limits an overloaded process answers 503 before Django sees the request.
+application = AdmissionLimit(get_asgi_application())
 
 # Load every view now, then move the ~120k objects that live for the whole process out of the
 # garbage collector's reach: each full collection used to rescan them, 40% of an ingest batch's

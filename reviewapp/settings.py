@@ -39,8 +39,6 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First, so an overloaded process answers 503 before it spends a thread on the request.
-    "reviewapp.api.limits.AdmissionLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "reviewapp.api.limits.RequestSizeLimitMiddleware",

@@ -1,8 +1,8 @@
 """Refuse oversized bodies before anything reads them, and more work than a process can take."""
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from asgiref.sync import markcoroutinefunction
+import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -38,47 +38,60 @@ def body_too_large() -> JsonResponse:
     )
 
 
-class AdmissionLimitMiddleware:
-    """Past a per-process count of requests in flight, answer 503 + Retry-After at once.
+class AdmissionLimit:
+    """ASGI wrapper around the whole app: past a per-process count of requests in flight,
+    answer 503 + Retry-After at once.
 
-    Async only, so under ASGI it runs on the event loop and turns a request away before a
-    thread is spent on it. Ingest (/api/) and the gateway (/v1/) have limits of their own; a
-    streamed gateway answer counts until its headers are sent.
+    It runs before Django reads the body or spends a thread on the request, so a refusal costs
+    almost nothing, and it counts a request until the last byte of its response (a streamed
+    gateway answer included). Ingest (/api/) and the gateway (/v1/) have limits of their own.
     """
 
-    sync_capable = False
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Awaitable[HttpResponse]]):
-        self.get_response = get_response
+    def __init__(self, app) -> None:
+        self.app = app
         self.in_flight = {"api": 0, "gateway": 0}
-        markcoroutinefunction(self)
 
-    async def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
+    async def __call__(self, scope, receive, send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.startswith("/api/"):
             kind, limit = "api", settings.INGEST_MAX_IN_FLIGHT
-        elif request.path.startswith("/v1/"):
+        elif path.startswith("/v1/"):
             kind, limit = "gateway", settings.GATEWAY_MAX_IN_FLIGHT
         else:
-            return await self.get_response(request)
+            return await self.app(scope, receive, send)
         if self.in_flight[kind] >= limit:
-            return overloaded(kind)
+            return await _refuse(send, kind)
         self.in_flight[kind] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight[kind] -= 1
+
+        async def send_then_release(message) -> None:
+            # The slot is free once the last byte goes out, not when Django's clean-up after
+            # the response is done: a client's next request may already be on its way.
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                release()
+            await send(message)
+
         try:
-            return await self.get_response(request)
+            return await self.app(scope, receive, send_then_release)
         finally:
-            self.in_flight[kind] -= 1
+            release()
 
 
-def overloaded(kind: str) -> JsonResponse:
+async def _refuse(send, kind: str) -> None:
     detail = "the server is at its limit of requests in flight; retry after the Retry-After seconds"
     if kind == "gateway":  # the shape OpenAI SDKs parse (and retry on 503)
         body = {"error": {"message": detail, "type": "overloaded", "code": 503}}
     else:
         body = {"error": "overloaded", "detail": detail}
-    response = JsonResponse(body, status=503)
-    response["Retry-After"] = str(settings.ADMISSION_RETRY_AFTER_SECONDS)
-    # Django logs every 5xx as an error; a line per refusal would cost the most exactly when
-    # there is nothing to spare (clients see the 503s; bench/load.py counts them).
-    response._has_been_logged = True
-    return response
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"retry-after", str(settings.ADMISSION_RETRY_AFTER_SECONDS).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
