@@ -72,7 +72,9 @@ def test_web_process_killed_mid_batch_then_resent_stores_each_trace_once(stack, 
             time.sleep(0.3)
             assert _stored(stack) == (0, 0)
         else:
-            wait_for(lambda: _stored(stack)[0] > 0, timeout=60, what="the batch to commit")
+            # Polled tightly, so the kill lands between the commit and the answer (it did in
+            # every run seen; were the answer to get out first, the resend still must get 200s).
+            wait_for(lambda: _stored(stack)[0] > 0, timeout=60, what="the commit", interval=0.001)
         web.kill()
         sender.join(timeout=60)
 
