@@ -292,15 +292,22 @@ def _learning_rate(step: int, total_steps: int, warmup_steps: int, config: Train
 
 
 def _sft_loss(model: PeftModel, batch: list[_Tokens], pad_token_id: int) -> torch.Tensor:
-    """Mean NLL of the reply tokens given their prompts."""
+    """Mean NLL of the reply tokens given their prompts.
+
+    Full-vocabulary logits are computed only over the window of positions that predict reply
+    tokens (from the shortest prompt's end to the longest sequence's end): prompts (system,
+    tools, earlier turns) are most of an agent's sequence, and their logits would be thrown away.
+    """
     input_ids, attention_mask = pad_right(
         [seq.prompt + seq.reply for seq in batch], pad_token_id, model.device
     )
     loss_mask = torch.zeros_like(attention_mask)
     for row, seq in enumerate(batch):
         loss_mask[row, len(seq.prompt) : seq.length] = 1
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    return masked_token_nll(logits, input_ids, loss_mask)
+    first = min(len(seq.prompt) for seq in batch) - 1  # predicts the earliest reply token
+    window = torch.arange(first, input_ids.shape[1], device=model.device)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=window).logits
+    return masked_token_nll(logits, input_ids[:, first:], loss_mask[:, first:])
 
 
 def _teacher_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: int) -> torch.Tensor:

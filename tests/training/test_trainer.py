@@ -305,3 +305,26 @@ def test_sft_without_examples_is_refused(make_student, tokenizer):
 
     with pytest.raises(ValueError, match="sft trains on examples"):
         train(make_student(config), tokenizer, config, items=_items())
+
+
+def test_the_sft_loss_over_the_reply_window_equals_the_loss_over_full_logits(make_student):
+    """Logits are computed only where reply tokens are predicted; the loss must not change."""
+    from training.losses import masked_token_nll
+    from training.sampling import pad_right
+    from training.trainer import _sft_loss, _Tokens
+
+    student = make_student(_sft_config())
+    batch = [
+        _Tokens(prompt=[5, 6, 7, 8, 9, 10, 11], reply=[12, 13, 2]),
+        _Tokens(prompt=[5, 6, 7], reply=[14, 15, 16, 17, 2]),
+        _Tokens(prompt=[5, 6, 7, 8, 9], reply=[18, 2]),
+    ]
+    input_ids, attention_mask = pad_right(
+        [seq.prompt + seq.reply for seq in batch], 0, student.device
+    )
+    loss_mask = torch.zeros_like(attention_mask)
+    for row, seq in enumerate(batch):
+        loss_mask[row, len(seq.prompt) : seq.length] = 1
+    full_logits = student(input_ids=input_ids, attention_mask=attention_mask).logits
+    expected = masked_token_nll(full_logits, input_ids, loss_mask)
+    assert _sft_loss(student, batch, pad_token_id=0).item() == pytest.approx(expected.item(), 1e-5)
