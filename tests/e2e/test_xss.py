@@ -294,14 +294,18 @@ def test_no_payload_runs_or_becomes_markup_in_the_browser(
     page.on("pageerror", lambda error: errors.append(str(error)))
 
     def record_foreign_request(request) -> None:
-        """Anything but the page itself, its static files and the nav's alert count (the
-        Monitors link loads it): <img src>, htmx fired by content."""
+        """Anything but the page itself, its static files, the nav's alert count (the Monitors
+        link loads it) and a trace page's similar-traces block: <img src>, htmx fired by
+        content."""
+        hx_target = request.headers.get("hx-target")
         own = (
             request.is_navigation_request()
             or request.url.startswith(f"{live_server.url}/static/")
             or (
-                request.url == f"{live_server.url}/p/acme/monitors/"
-                and request.headers.get("hx-target") == "nav-monitors"
+                request.url == f"{live_server.url}/p/acme/monitors/" and hx_target == "nav-monitors"
+            )
+            or (
+                request.url == page.url.split("?")[0] + "similar/" and hx_target == "similar-traces"
             )
         )
         if not own:
