@@ -17,7 +17,7 @@ import httpx
 from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from reviewapp.models import (
@@ -28,6 +28,8 @@ from reviewapp.models import (
     FeedbackStatus,
     RunStatus,
     TargetState,
+    Trace,
+    TraceTag,
     TrainingRun,
 )
 from training.config import TrainingConfig
@@ -394,10 +396,6 @@ def _evaluate(model, tokenizer, project, targets, held_out_ids, tools_by_trace) 
 def _good_trace_items(project, exclude_trace_ids: set[int]) -> list[dict]:
     """Recent traces that went well (the task succeeded with no complaint, or a reviewer rated
     them up): the adapter should still be willing to give their final text answer."""
-    from django.db.models import Q
-
-    from reviewapp.models import Trace
-
     good = (
         Trace.objects.filter(project=project)
         .filter(Q(success=True, feedback__isnull=True) | Q(feedback__rating__gt=0))
@@ -434,7 +432,6 @@ def _good_trace_items(project, exclude_trace_ids: set[int]) -> list[dict]:
 
 
 def _per_tag(rows: list[dict]) -> dict[str, dict[str, int]]:
-    from reviewapp.models import TraceTag
     from training.evaluation import STATUSES
 
     tags_by_trace: dict[int, set[str]] = {}
