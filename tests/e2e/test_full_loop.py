@@ -172,6 +172,10 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         # Measured on the bundled model: a few short targets need a higher rate than the default.
         "training": {"learning_rate": 1e-3, "epochs": 4},
         "auto_approve": "checks_pass",
+        # Measured over runs: teaching "Answer:" at this rate breaks 1 or 2 of the 8 general
+        # facts (greedy, 48 tokens). This test is about the loop; the gate refusing a damaging
+        # adapter is tests/training/test_gate_bundled_model.py.
+        "gate": {"max_regression_failures": 2},
     }
     project.save()
     key = create_api_key(project=project)[1]
