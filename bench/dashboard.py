@@ -21,11 +21,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from scratch_db import drop_database, recreate_database
+from scratch_db import (
+    add_admin_url_argument,
+    drop_database,
+    recreate_database,
+    scratch_database_url,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/dashboard.py` puts bench/, not the root, first
@@ -51,8 +56,7 @@ class BenchConfig:
 
     @property
     def database_url(self) -> str:
-        parts = urlsplit(self.admin_url)
-        return urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
+        return scratch_database_url(self.admin_url, BENCH_DATABASE)
 
 
 def parse_args() -> BenchConfig:
@@ -62,13 +66,7 @@ def parse_args() -> BenchConfig:
     parser.add_argument("--detail-requests", type=int, default=20)
     parser.add_argument("--detail-messages", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get(
-            "BENCH_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
-        ),
-        help="an existing database to create the scratch one from (env BENCH_ADMIN_DATABASE_URL)",
-    )
+    add_admin_url_argument(parser)
     return BenchConfig(**vars(parser.parse_args()))
 
 

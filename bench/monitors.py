@@ -12,15 +12,18 @@ cheapest grouped query that could back the page: trace counts per model version.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-from scratch_db import drop_database, recreate_database
+from scratch_db import (
+    add_admin_url_argument,
+    drop_database,
+    recreate_database,
+    scratch_database_url,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -44,8 +47,7 @@ class BenchConfig:
 
     @property
     def database_url(self) -> str:
-        parts = urlsplit(self.admin_url)
-        return urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
+        return scratch_database_url(self.admin_url, BENCH_DATABASE)
 
 
 def parse_args() -> BenchConfig:
@@ -53,13 +55,7 @@ def parse_args() -> BenchConfig:
     parser.add_argument("--traces", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get(
-            "BENCH_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
-        ),
-        help="an existing database to create the scratch one from (env BENCH_ADMIN_DATABASE_URL)",
-    )
+    add_admin_url_argument(parser)
     return BenchConfig(**vars(parser.parse_args()))
 
 
