@@ -9,11 +9,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
+
+from training.text import media_part_types, message_text
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 
@@ -38,23 +39,6 @@ def render_markdown(text: str) -> SafeString:
         link_rel="noopener noreferrer nofollow",
     )
     return mark_safe(clean)
-
-
-def content_text(content: Any) -> str:
-    """Message content as plain text: strings as is, content parts joined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif isinstance(part, dict):
-                texts.append(f"[{part.get('type', 'part')}]")
-        return "\n".join(texts)
-    return json.dumps(content)
 
 
 def pretty_json(text: str) -> str:
@@ -88,6 +72,8 @@ class TurnView:
     shown_with_call: bool = False
     is_error: bool = False
     name: str = ""
+    # The types of content parts with no text (an image, an audio clip), shown as labels.
+    media: list[str] = field(default_factory=list)
 
     @cached_property
     def html(self) -> SafeString | None:
@@ -109,8 +95,14 @@ def conversation(messages: list[dict]) -> list[TurnView]:
     calls_by_id: dict[str, ToolCallView] = {}
     for index, message in enumerate(messages):
         role = message.get("role", "")
-        text = content_text(message.get("content"))
-        turn = TurnView(index=index, role=role, text=text, name=message.get("name") or "")
+        text = message_text(message)
+        turn = TurnView(
+            index=index,
+            role=role,
+            text=text,
+            name=message.get("name") or "",
+            media=media_part_types(message.get("content")),
+        )
         if role == "assistant":
             for call in message.get("tool_calls") or ():
                 function = call.get("function") or {}

@@ -12,7 +12,8 @@ from functools import cache
 
 import numpy as np
 
-from reviewapp.rendering import content_text, looks_like_tool_error
+from reviewapp.rendering import looks_like_tool_error
+from training.text import content_text
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384

@@ -3,8 +3,8 @@
 vLLM's /v1/chat/completions renders the messages with the tokenizer's chat template
 (`add_generation_prompt=True`) and tokenizes the text without adding special tokens; the model
 then writes the assistant turn. Training on a turn must see the same ids, so this module
-mirrors that: text content parts are joined with newlines, a missing content is "", and tool
-call arguments are parsed from JSON into dicts before the template sees them.
+mirrors that: the content becomes its text by vLLM's rule (`training.text`), and tool call
+arguments are parsed from JSON into dicts before the template sees them.
 
 Tool calls in a target turn: a template that renders `tool_calls` is used as is. A template that
 ignores them (SmolLM2's does) would train the student on an empty turn, so the calls are written
@@ -18,6 +18,8 @@ import re
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
+
+from training.text import message_text
 
 Message = dict[str, Any]
 
@@ -115,16 +117,6 @@ def assistant_message_from_text(text: str) -> Message:
     if tool_calls:
         message["tool_calls"] = tool_calls
     return message
-
-
-def message_text(message: Message) -> str:
-    """A message's text content: a string as is, text parts joined with newlines, None as ""."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
 def _render_text(

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from reviewapp.models import Termination
+from training.text import message_text
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -235,13 +236,8 @@ def unknown_fields(raw: dict) -> list[str]:
 
 
 def preview_text(messages: list[dict]) -> str:
-    """The first user message as plain text, for lists."""
+    """The first user message's text, for lists."""
     for message in messages:
         if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                content = " ".join(
-                    part.get("text", "") for part in content if isinstance(part.get("text"), str)
-                )
-            return (content or "")[:300]
+            return message_text(message)[:300]
     return ""

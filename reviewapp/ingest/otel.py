@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from training.text import TEXT_PART_KEYS, content_text
+
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 # Older conventions put each message in a span event; the event name carries the role.
 EVENT_ROLES = {
     "gen_ai.system.message": "system",
@@ -434,36 +435,35 @@ def _tool_message(call_id: str | None, content: Any, path: str) -> dict:
 
 
 def _content_text(value: Any, path: str) -> str:
-    """Message content as text; lists of content parts keep only their text."""
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return _join_text_parts(value, path)
-    if not isinstance(value, str):
-        raise OtlpError(f"{path}: expected a string or a list of content parts")
+    """Message content as text, by the rule everything else reads content with."""
     # Multimodal prompts are often recorded as a JSON string of OpenAI content parts;
     # anything that does not read as such is ordinary text that happens to look like JSON.
-    if value.startswith("[{"):
+    if isinstance(value, str) and value.startswith("[{"):
         with contextlib.suppress(ValueError, RecursionError):
             parts = json.loads(value)
             if all(isinstance(part, dict) and isinstance(part.get("type"), str) for part in parts):
-                return _join_text_parts(parts, path)
-    return value
+                value = parts
+    if value is None or isinstance(value, str):
+        return content_text(value)
+    if not isinstance(value, list):
+        raise OtlpError(f"{path}: expected a string or a list of content parts")
+    return content_text(
+        [_openai_part(part, f"{path}[{index}]") for index, part in enumerate(value)]
+    )
 
 
-def _join_text_parts(parts: list, path: str) -> str:
-    texts = []
-    for index, part in enumerate(parts):
-        part_path = f"{path}[{index}]"
-        if isinstance(part, str):
-            texts.append(part)
-            continue
-        part = _as_dict(part, part_path)
-        # Images, audio and files have no text form; they are dropped.
-        if _optional_str(part.get("type"), f"{part_path}.type") in TEXT_PART_TYPES:
-            text_key = "text" if "text" in part else "content"
-            texts.append(_as_str(part.get(text_key), f"{part_path}.{text_key}"))
-    return "\n".join(texts)
+def _openai_part(part: Any, path: str) -> str | dict:
+    """A recorded content part in OpenAI's shape, its text checked to be a string."""
+    if isinstance(part, str):
+        return part
+    part = _as_dict(part, path)
+    part_type = _optional_str(part.get("type"), f"{path}.type")
+    key = TEXT_PART_KEYS.get(part_type or "")
+    if key is None:
+        return part  # images, audio and files have no text form
+    # GenAI-convention exporters keep a text part's text under "content".
+    source_key = key if key in part else "content"
+    return {"type": part_type, key: _as_str(part.get(source_key), f"{path}.{source_key}")}
 
 
 def _indexed(attributes: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:

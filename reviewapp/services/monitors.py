@@ -25,7 +25,8 @@ from django.urls import reverse
 
 from reviewapp.filters import BASE_ADAPTER
 from reviewapp.models import Feedback, Project, Termination, Trace
-from reviewapp.rendering import content_text, looks_like_tool_error
+from reviewapp.rendering import looks_like_tool_error
+from training.text import content_text
 
 BUCKETS = {"day": TruncDay, "hour": TruncHour}
 BODY_BUDGET = 2000  # bodies opened per monitor, at most

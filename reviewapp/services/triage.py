@@ -21,7 +21,8 @@ from reviewapp.models import (
     TriageMatch,
     TriageRule,
 )
-from reviewapp.rendering import content_text, looks_like_tool_error
+from reviewapp.rendering import looks_like_tool_error
+from training.text import content_text
 
 # Bodies decompressed at a time when a rule needs them.
 CHUNK = 500
