@@ -10,10 +10,10 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime
 
 from django.db import InterfaceError, OperationalError, connection
+
+from reviewapp.services.calls import RecordedCall, record_model_call
 
 logger = logging.getLogger(__name__)
 
@@ -21,25 +21,6 @@ MAX_QUEUED_CALLS = 10_000
 # How long one record waits for an unavailable database (a restart, a failover) before it is
 # dropped; the calls behind it wait in the queue meanwhile.
 WRITE_RETRY_SECONDS = 60.0
-
-
-@dataclass
-class RecordedCall:
-    project_id: int
-    trace_id_header: str  # X-Trace-Id as sent, "" when absent
-    requested_model: str
-    upstream_model: str
-    adapter_version: str
-    upstream_url: str
-    stream: bool
-    request: dict  # the JSON body only: headers (and so credentials) are never kept
-    response: dict | None
-    status_code: int | None
-    termination: str
-    error: str
-    started_at: datetime
-    latency_ms: float
-    time_to_first_token_ms: float | None
 
 
 class CallRecorder:
@@ -73,8 +54,6 @@ class CallRecorder:
                 self._thread.start()
 
     def _run(self) -> None:
-        from reviewapp.services import calls  # late: the services import the ORM
-
         while True:
             call = self._queue.get()
             try:
@@ -83,7 +62,7 @@ class CallRecorder:
                     try:
                         # One connection kept while there is work: a fresh connection per
                         # record cost ~2 ms of CPU and capped recording at ~50 calls/s.
-                        calls.record_model_call(call)
+                        record_model_call(call)
                         break
                     except (OperationalError, InterfaceError):  # the database is away: wait
                         connection.close()

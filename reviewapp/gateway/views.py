@@ -13,8 +13,9 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from reviewapp.gateway.conversation import StreamAssembler
-from reviewapp.gateway.recorder import RecordedCall, recorder
+from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import Destination, GatewayProject, destination_for, project_for_key
+from reviewapp.services.calls import RecordedCall
 
 logger = logging.getLogger(__name__)
 

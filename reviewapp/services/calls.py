@@ -2,17 +2,39 @@
 
 import hashlib
 import uuid
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import orjson
 from django.conf import settings
 from django.db import transaction
 
 from reviewapp.gateway.conversation import common_prefix_length, conversation_hash, prefix_hashes
-from reviewapp.gateway.recorder import RecordedCall
 from reviewapp.ingest.chat import preview_text
 from reviewapp.models import ModelCall, Termination, Trace, TraceSource
 from reviewapp.tasks import after_traces_changed
+
+
+@dataclass
+class RecordedCall:
+    """One call as the gateway saw it; the recorder hands it to record_model_call off the
+    request path."""
+
+    project_id: int
+    trace_id_header: str  # X-Trace-Id as sent, "" when absent
+    requested_model: str
+    upstream_model: str
+    adapter_version: str
+    upstream_url: str
+    stream: bool
+    request: dict  # the JSON body only: headers (and so credentials) are never kept
+    response: dict | None
+    status_code: int | None
+    termination: str
+    error: str
+    started_at: datetime
+    latency_ms: float
+    time_to_first_token_ms: float | None
 
 
 def _response_message(response: dict | None) -> dict | None:

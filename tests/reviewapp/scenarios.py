@@ -13,11 +13,10 @@ from datetime import UTC, datetime
 
 import httpx
 
-from reviewapp.gateway.recorder import RecordedCall
 from reviewapp.harness.__main__ import parse_args, run_demo
 from reviewapp.harness.agent import EpisodeResult
 from reviewapp.models import Project
-from reviewapp.services.calls import record_model_call
+from reviewapp.services.calls import RecordedCall, record_model_call
 from tests.factories import ApiClient
 
 BASE_URL = "http://gateway.test/v1"

@@ -4,9 +4,8 @@ import pytest
 from django.utils import timezone
 
 from reviewapp import tasks
-from reviewapp.gateway.recorder import RecordedCall
 from reviewapp.models import Queue, QueueItem, Tag, Trace, TraceTag, TriageMatch, TriageRule
-from reviewapp.services.calls import record_model_call
+from reviewapp.services.calls import RecordedCall, record_model_call
 from reviewapp.services.feedback import record_outcome
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.triage import in_sample, route_traces
