@@ -5,12 +5,15 @@ import json
 from django import forms
 
 from reviewapp.rendering import TurnView
+from reviewapp.services.feedback import MAX_FEEDBACK_TEXT_LENGTH
 from reviewapp.services.targets import AUTO_APPROVE_POLICIES
 
 
 class FeedbackForm(forms.Form):
     anchor = forms.ChoiceField(label="About")
-    text = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=20000)
+    text = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), max_length=MAX_FEEDBACK_TEXT_LENGTH
+    )
     rating = forms.TypedChoiceField(
         choices=[("", "no rating"), ("1", "good"), ("-1", "bad")],
         coerce=float,

@@ -9,7 +9,6 @@ only part that runs a model, behind the `Teacher` protocol.
 """
 
 import copy
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -19,6 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.chat import Message, assistant_message_from_text, message_text, render_prompt
+from training.checks import CheckResult, evaluate_checks
 from training.sampling import generate_replies
 
 # Measured on the bundled SmolLM2-135M with "Always begin your answer with 'Answer:'" over 8
@@ -29,14 +29,6 @@ REWRITE_REQUEST_TEMPLATE = (
     "Rewrite your previous answer so that it follows this feedback: {feedback}\n"
     "Reply with the rewritten answer only."
 )
-CHECK_KINDS = ("regex", "not_regex", "max_words", "calls_tool")
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    kind: str
-    value: Any
-    passed: bool
 
 
 @dataclass(frozen=True)
@@ -115,21 +107,7 @@ def run_checks(reply: str | Message, checks: Sequence[dict]) -> list[CheckResult
     message = assistant_message_from_text(reply) if isinstance(reply, str) else reply
     text = message_text(message)
     called_tools = {call["function"]["name"] for call in message.get("tool_calls") or []}
-    results = []
-    for check in checks:
-        kind, value = check["kind"], check["value"]
-        if kind == "regex":
-            passed = re.search(value, text) is not None
-        elif kind == "not_regex":
-            passed = re.search(value, text) is None
-        elif kind == "max_words":
-            passed = len(text.split()) <= value
-        elif kind == "calls_tool":
-            passed = value in called_tools
-        else:
-            raise ValueError(f"unknown check kind {kind!r} (known: {', '.join(CHECK_KINDS)})")
-        results.append(CheckResult(kind=kind, value=value, passed=passed))
-    return results
+    return evaluate_checks(checks, text=text, called_tools=called_tools)
 
 
 def select_revisions(

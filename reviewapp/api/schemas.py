@@ -6,6 +6,7 @@ from typing import Any
 from ninja import Field, Schema
 
 from reviewapp.models import Termination, TraceSource
+from reviewapp.services.feedback import MAX_CORRECTION_BYTES, MAX_FEEDBACK_TEXT_LENGTH
 
 
 class ErrorOut(Schema):
@@ -103,19 +104,26 @@ class TraceOut(Schema):
 
 
 class CheckIn(Schema):
-    kind: str = Field(..., description="regex | not_regex | max_words | calls_tool")
+    kind: str = Field(
+        ...,
+        description="regex | not_regex | max_words | calls_tool; patterns are RE2 syntax "
+        "(no backreferences or lookarounds)",
+    )
     value: Any
 
 
 class FeedbackIn(Schema):
-    text: str = Field(..., min_length=1, max_length=20000)
+    text: str = Field(..., min_length=1, max_length=MAX_FEEDBACK_TEXT_LENGTH)
     turn: int | None = Field(
         None, ge=0, description="0-based index in messages of the assistant turn; absent: trace"
     )
     tool_call_id: str | None = Field(None, max_length=200, description="pin to one tool call")
     rating: float | None = Field(None, ge=-1000, le=1000, allow_inf_nan=False)
     author: str | None = Field(None, max_length=200)
-    correction: dict[str, Any] | None = Field(None, description="a corrected assistant message")
+    correction: dict[str, Any] | None = Field(
+        None,
+        description=f"a corrected assistant message, at most {MAX_CORRECTION_BYTES} bytes as JSON",
+    )
     checks: list[CheckIn] = Field(default_factory=list, max_length=20)
 
 

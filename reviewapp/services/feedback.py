@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import re
 from typing import Any
 
 import jsonschema
@@ -13,8 +12,12 @@ from pydantic import ValidationError
 from reviewapp.ingest.chat import Message, describe_validation_error
 from reviewapp.models import Feedback, Trace
 from reviewapp.tasks import after_traces_changed, embed_traces
+from training.checks import check_problem
 
-CHECK_KINDS = ("regex", "not_regex", "max_words", "calls_tool")
+# Feedback becomes part of a teacher prompt and a correction becomes a training target: both must
+# fit a model's context. 8,000 characters is ~2,000 tokens; 32 KB holds a long answer or tool call.
+MAX_FEEDBACK_TEXT_LENGTH = 8_000
+MAX_CORRECTION_BYTES = 32_000
 
 
 class FeedbackError(ValueError):
@@ -88,30 +91,9 @@ def _validated_correction(correction: dict, tools: list[dict]) -> dict:
 def _validated_checks(checks: list[dict], tools: list[dict]) -> list[dict]:
     tool_names = {tool["function"]["name"] for tool in tools}
     for index, check in enumerate(checks):
-        kind, value = check.get("kind"), check.get("value")
-        where = f"checks[{index}]"
-        if kind not in CHECK_KINDS:
-            raise FeedbackError(f"{where}.kind: {kind!r} is not one of {', '.join(CHECK_KINDS)}")
-        if kind in ("regex", "not_regex"):
-            if not isinstance(value, str) or not value:
-                raise FeedbackError(f"{where}.value: a {kind} check needs a pattern string")
-            try:
-                re.compile(value)
-            except re.error as error:
-                raise FeedbackError(
-                    f"{where}.value: not a valid regular expression ({error})"
-                ) from None
-        elif kind == "max_words":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise FeedbackError(f"{where}.value: max_words needs a positive whole number")
-        elif kind == "calls_tool":
-            if not isinstance(value, str) or not value:
-                raise FeedbackError(f"{where}.value: calls_tool needs a tool name")
-            if tool_names and value not in tool_names:
-                known = ", ".join(sorted(tool_names))
-                raise FeedbackError(
-                    f"{where}.value: {value!r} is not a tool of this trace ({known})"
-                )
+        problem = check_problem(check.get("kind"), check.get("value"), tool_names)
+        if problem:
+            raise FeedbackError(f"checks[{index}].{problem}")
     return [{"kind": check["kind"], "value": check["value"]} for check in checks]
 
 
@@ -132,12 +114,23 @@ def record_feedback(
     reviewer=None,
 ) -> tuple[Feedback, bool]:
     """Validate feedback against its trace and store it once; returns (feedback, created)."""
+    if len(text) > MAX_FEEDBACK_TEXT_LENGTH:
+        raise FeedbackError(
+            f"text: {len(text)} characters is over the limit of {MAX_FEEDBACK_TEXT_LENGTH}; "
+            "feedback is shown to the model, so it must fit its context"
+        )
     body = trace.body_json()
     messages, tools = body["messages"], body["tools"]
     turn, tool_call_id = _validated_anchor(messages, turn, tool_call_id)
     if correction is not None:
         if turn is None:
             raise FeedbackError("correction: pin the feedback to a turn to correct it")
+        size = len(orjson.dumps(correction))
+        if size > MAX_CORRECTION_BYTES:
+            raise FeedbackError(
+                f"correction: {size} bytes is over the limit of {MAX_CORRECTION_BYTES}; "
+                "a correction becomes a training target, so it must fit the model's context"
+            )
         correction = _validated_correction(correction, tools)
     checks = _validated_checks(checks or [], tools)
     content_hash = _feedback_hash(
