@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 app = Celery("apprentice")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["reviewapp", "training"])
+app.autodiscover_tasks(["reviewapp", "reviewapp.learning"])
 
 # The embedded file-system broker expects its folders to exist.
 for option in ("data_folder_in", "processed_folder", "control_folder"):
@@ -26,7 +26,7 @@ for option in ("data_folder_in", "processed_folder", "control_folder"):
 @worker_ready.connect
 def resend_lost_work_when_ready(**_) -> None:
     """A (re)started worker picks up what a crash or a broker outage left behind."""
-    from reviewapp.services.training import resend_lost_work
+    from reviewapp.learning.runs import resend_lost_work
 
     try:
         logger.info("recovered on start: %s", resend_lost_work())

@@ -1,4 +1,4 @@
-"""The data model: projects and their keys, traces, the tag taxonomy, feedback."""
+"""The data model: projects and their keys, traces, the tag taxonomy, feedback, queues, calls."""
 
 import hashlib
 import secrets
@@ -325,21 +325,6 @@ class QueueReview(models.Model):
         return f"{self.reviewer} {self.status} {self.item}"
 
 
-class ModelRoute(models.Model):
-    """Where the gateway sends a project's served model name: the base or an adapter version."""
-
-    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="route")
-    # Upstream model names; blank means the base model.
-    primary = models.CharField(max_length=200, blank=True)
-    canary = models.CharField(max_length=200, blank=True)
-    canary_share = models.PositiveSmallIntegerField(default=0)  # percent of calls to `canary`
-    previous_primary = models.CharField(max_length=200, blank=True)  # what rollback restores
-    updated_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        return f"{self.project.slug}: {self.primary or 'base'} + {self.canary_share}% {self.canary}"
-
-
 class CallTermination(models.TextChoices):
     COMPLETED = "completed"
     ERROR = "error"  # the upstream answered with an error or could not be reached
@@ -389,123 +374,6 @@ class ModelCall(models.Model):
     @staticmethod
     def unpack(blob) -> object:
         return orjson.loads(zlib.decompress(bytes(blob))) if blob else None
-
-
-class TargetState(models.TextChoices):
-    PROPOSED = "proposed"
-    APPROVED = "approved"
-    EDITED = "edited"  # approved after a reviewer changed the text
-    REJECTED = "rejected"
-
-
-class DistillationTarget(models.Model):
-    """What the model should have said at one turn: a teacher revision or a correction."""
-
-    feedback = models.ForeignKey(Feedback, on_delete=models.CASCADE, related_name="targets")
-    turn = models.IntegerField()  # the assistant turn the target replaces
-    # "hint" / "rewrite": sampled by the teacher under that prompt; "correction": a reviewer's.
-    source = models.CharField(max_length=16)
-    student_context = models.JSONField()  # the messages the model saw before the turn
-    teacher_context = models.JSONField(null=True, blank=True)
-    original = models.JSONField(null=True, blank=True)  # the assistant turn as it was
-    target = models.JSONField()  # the assistant message to learn
-    passes_checks = models.BooleanField(default=True)
-    state = models.CharField(
-        max_length=16, choices=TargetState.choices, default=TargetState.PROPOSED
-    )
-    reviewed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        # serves: "what is approved in this project" for Retrain
-        indexes = [models.Index(fields=["state", "feedback"], name="target_state")]
-
-    def __str__(self) -> str:
-        return f"{self.source} target for feedback {self.feedback_id} ({self.state})"
-
-
-class RunStatus(models.TextChoices):
-    QUEUED = "queued"
-    BUILDING = "building"
-    TRAINING = "training"
-    EVALUATING = "evaluating"
-    DEPLOYING = "deploying"
-    DEPLOYED = "deployed"
-    TRAINED = "trained"  # finished without a deploy (gate off or not asked for)
-    GATE_FAILED = "gate_failed"
-    DEPLOY_FAILED = "deploy_failed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-ACTIVE_RUN_STATUSES = (
-    RunStatus.QUEUED,
-    RunStatus.BUILDING,
-    RunStatus.TRAINING,
-    RunStatus.EVALUATING,
-    RunStatus.DEPLOYING,
-)
-
-
-class TrainingRun(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
-    mode = models.CharField(max_length=16, default="sft")
-    config = models.JSONField()  # TrainingConfig.to_json(), frozen when the run is created
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
-    # {"step", "total_steps", "loss", "tokens_per_s", "eta_s"}, written as training goes.
-    progress = models.JSONField(default=dict, blank=True)
-    loss_curve = models.JSONField(default=list, blank=True)
-    metrics = models.JSONField(default=dict, blank=True)  # evaluation results
-    log = models.TextField(blank=True)
-    error = models.TextField(blank=True)
-    targets = models.ManyToManyField(DistillationTarget, blank=True, related_name="runs")
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    # The worker that claimed the run and when it last reported; a stale heartbeat on an
-    # active run means its worker died, and the run is failed rather than left running.
-    worker = models.CharField(max_length=200, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    cancel_requested = models.BooleanField(default=False)
-
-    class Meta:
-        indexes = [models.Index(fields=["project", "-created_at"], name="run_project_recent")]
-
-    def __str__(self) -> str:
-        return f"run {self.pk} ({self.status})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_RUN_STATUSES
-
-
-class Adapter(models.Model):
-    """An immutable, versioned LoRA adapter: `<project>-v<N>` in a directory of its own."""
-
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="adapters")
-    version = models.PositiveIntegerField()
-    name = models.CharField(max_length=200, unique=True)
-    path = models.CharField(max_length=1000)
-    base_model = models.CharField(max_length=300)
-    checksum = models.CharField(max_length=64)
-    run = models.OneToOneField(
-        TrainingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="adapter"
-    )
-    eval_results = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["project", "version"], name="adapter_version"),
-        ]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class TraceOutcome(models.TextChoices):
@@ -600,3 +468,16 @@ class CopiedFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"feedback {self.feedback_id} copied from {self.source_id}"
+
+
+# The learning loop's models live in their own module; importing them here registers them with
+# the app and keeps `from reviewapp.models import TrainingRun` working.
+from reviewapp.learning.models import (  # noqa: E402, F401
+    ACTIVE_RUN_STATUSES,
+    Adapter,
+    DistillationTarget,
+    ModelRoute,
+    RunStatus,
+    TargetState,
+    TrainingRun,
+)

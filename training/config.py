@@ -1,184 +1,97 @@
-"""One training run's knobs, as one frozen dataclass.
+"""One training run's knobs, as one frozen dataclass (validated by pydantic).
 
 The UI, the CLI and the tests all build this same object; it is stored on the run row and
-written next to the adapter (`to_json`), so a run can always be read back and repeated.
+written next to the adapter (`to_json`), so a run can always be read back and repeated. A bad
+value raises a ValueError (pydantic's ValidationError) that names the field.
 """
 
 import dataclasses
 import json
-from dataclasses import dataclass
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
 
 # Bigger effective batches average away the few examples one piece of feedback produces.
 MAX_EFFECTIVE_BATCH_SIZE = 32
 
-_DEFAULT_LEARNING_RATES = {"sft": 1e-4, "distill": 5e-5}
-
-# Type checks come first so a form or a stored JSON with "3" for 3 fails with a ValueError
-# naming the field, not a TypeError from a comparison.
-_INT_FIELDS = (
-    "lora_r",
-    "lora_alpha",
-    "epochs",
-    "per_device_batch_size",
-    "gradient_accumulation_steps",
-    "max_seq_len",
-    "seed",
-    "top_k",
-    "save_every_steps",
-    "sample_max_tokens",
-)
-_NUMBER_FIELDS = (
-    "lora_dropout",
-    "learning_rate",
-    "base_kl_weight",
-    "warmup_ratio",
-    "weight_decay",
-    "max_grad_norm",
-    "sample_temperature",
-    "held_out_fraction",
-)
+# LoRA wants a higher rate than full fine-tuning; on a few targets 3e-4 learned a behaviour in
+# ~24 updates where 1e-4 learned nothing (bench/learning.py). KL gradients are sharper.
+_DEFAULT_LEARNING_RATES = {"sft": 3e-4, "distill": 1e-4}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
 class TrainingConfig:
     # "sft": cross-entropy on approved revisions / corrected turns (off-policy targets).
     # "distill": per-token KL to the feedback-conditioned teacher on the student's own samples.
     mode: Literal["sft", "distill"] = "sft"
     # LoRA rank; 16 on all linear layers is 4.9 M params on SmolLM2-135M, plenty for a few styles.
-    lora_r: int = 16
+    lora_r: int = Field(16, ge=1)
     # LoRA scale is alpha / r: 2x keeps updates visible without raising the learning rate.
-    lora_alpha: int = 32
+    lora_alpha: int = Field(32, gt=0)
     # 0: runs are a few steps on a few examples, too short for dropout's regularisation to pay.
-    lora_dropout: float = 0.0
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     # "all-linear" (peft's shorthand, excludes lm_head) or explicit module names.
-    target_modules: str | tuple[str, ...] = "all-linear"
-    # None picks the mode's default (see effective_learning_rate); KL gradients are sharper.
-    learning_rate: float | None = None
+    target_modules: Literal["all-linear"] | Annotated[tuple[str, ...], Field(min_length=1)] = (
+        "all-linear"
+    )
+    # None picks the mode's default (see effective_learning_rate).
+    learning_rate: float | None = Field(None, gt=0)
     # Share of the optimizer steps over which the learning rate rises linearly from ~0; after
     # that it decays linearly towards 0 at the last step.
-    warmup_ratio: float = 0.1
+    warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0)
     # AdamW's decoupled weight decay; 0: a few hundred steps on LoRA weights need no shrinkage.
-    weight_decay: float = 0.0
+    weight_decay: float = Field(0.0, ge=0.0)
     # Gradients are clipped to this global norm (0: no clipping); guards against one bad batch.
-    max_grad_norm: float = 1.0
-    # Passes over the targets; few examples need several passes to move the model.
-    epochs: int = 3
-    # Sequences per forward pass on one device (a worker trains on one device).
-    per_device_batch_size: int = 8
-    # Forward passes summed per optimizer step; effective batch = this * per_device_batch_size.
-    gradient_accumulation_steps: int = 1
+    max_grad_norm: float = Field(1.0, ge=0.0)
+    # Passes over the targets when the set is large; small sets get more (see min_steps).
+    epochs: int = Field(3, ge=1)
+    # Training is sized by the data: at least this many optimizer updates, however few the
+    # targets (4-16 targets at 3 epochs would be ~3 updates, which teach nothing).
+    min_steps: int = Field(24, ge=1)
+    # The largest number of sequences per forward pass; a small set gets smaller batches (at
+    # least 4 per pass over the data) so it is seen in more, distinct updates.
+    per_device_batch_size: int = Field(8, ge=1)
+    # Forward passes summed per optimizer step; effective batch = this * the batch size.
+    gradient_accumulation_steps: int = Field(1, ge=1)
     # Longest sequence (context + target) in tokens; bounds activation memory per step.
-    max_seq_len: int = 2048
+    max_seq_len: int = Field(2048, ge=1)
     # Seeds LoRA init, data order and the student's samples, so a run can be repeated.
     seed: int = 0
-    # distill: KL over the teacher's top-k tokens plus one tail bucket (see training/losses.py).
-    top_k: int = 20
-    # How the teacher sees the feedback: "hint" (appended to the last user/tool message, without
-    # the original answer) or "rewrite" (original answer + feedback, "rewrite it"). "hint" kept
-    # facts intact better on the bundled model (DESIGN.md).
+    # distill and the forgetting guard: KL over the top-k tokens plus one tail bucket.
+    top_k: int = Field(20, ge=1)
+    # How the teacher sees the feedback, for revision targets and distill alike: "hint"
+    # (appended to the last user/tool message, without the original answer) or "rewrite"
+    # (original answer + feedback, "rewrite it"). "hint" kept facts better (DESIGN.md).
     teacher_prompt: Literal["hint", "rewrite"] = "hint"
-    # Forgetting guard: weight of a KL term pulling the student back to the frozen base model;
-    # 0 turns it off.
-    base_kl_weight: float = 0.1
+    # Forgetting guard: weight of KL(base || student) on the replay set (the base's own answers
+    # to general prompts, and good traces); 0 turns it off.
+    base_kl_weight: float = Field(0.5, ge=0.0)
+    # Replay examples the guard cycles through (general prompts first, then good traces).
+    replay_examples: int = Field(32, ge=0)
     # distill: longest on-policy sample the student writes per item, in tokens.
-    sample_max_tokens: int = 64
+    sample_max_tokens: int = Field(64, ge=1)
     # distill: temperature of those samples; 1.0 samples the student's own distribution.
-    sample_temperature: float = 1.0
+    sample_temperature: float = Field(1.0, gt=0.0)
     # None: bf16 on CUDA, float32 elsewhere (CPUs here lack bf16 instructions, fp32 is faster).
     bf16: bool | None = None
-    # Write an intermediate adapter every N optimizer steps; 0 saves only the final adapter.
-    save_every_steps: int = 0
+    # A checkpoint every N optimizer steps (0: none): a run whose worker dies resumes from the
+    # last one, and the gate can choose among them.
+    save_every_steps: int = Field(8, ge=0)
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
-    held_out_fraction: float = 0.2
+    held_out_fraction: float = Field(0.2, ge=0.0, lt=1.0)
 
-    def __post_init__(self) -> None:
-        for name in _INT_FIELDS:
-            value = getattr(self, name)
-            _require(type(value) is int, f"{name} must be an integer, not {value!r}")
-        for name in _NUMBER_FIELDS:
-            value = getattr(self, name)
-            _require(
-                (value is None and name == "learning_rate") or _is_number(value),
-                f"{name} must be a number, not {value!r}",
+    @model_validator(mode="after")
+    def _effective_batch_fits(self) -> "TrainingConfig":
+        if self.effective_batch_size > MAX_EFFECTIVE_BATCH_SIZE:
+            raise ValueError(
+                f"effective batch size (per_device_batch_size {self.per_device_batch_size} x "
+                f"gradient_accumulation_steps {self.gradient_accumulation_steps} = "
+                f"{self.effective_batch_size}) must be <= {MAX_EFFECTIVE_BATCH_SIZE}"
             )
-        _require(
-            self.bf16 is None or isinstance(self.bf16, bool),
-            f"bf16 must be true, false or null, not {self.bf16!r}",
-        )
-        _require(
-            self.mode in ("sft", "distill"), f"mode must be 'sft' or 'distill', not {self.mode!r}"
-        )
-        _require(self.lora_r >= 1, f"lora_r must be >= 1, not {self.lora_r}")
-        _require(self.lora_alpha > 0, f"lora_alpha must be > 0, not {self.lora_alpha}")
-        _require(
-            0.0 <= self.lora_dropout < 1.0,
-            f"lora_dropout must be in [0, 1), not {self.lora_dropout}",
-        )
-        _require(
-            self.target_modules == "all-linear"
-            or (
-                isinstance(self.target_modules, tuple)
-                and len(self.target_modules) > 0
-                and all(isinstance(name, str) and name for name in self.target_modules)
-            ),
-            "target_modules must be 'all-linear' or a non-empty tuple of module names, "
-            f"not {self.target_modules!r}",
-        )
-        _require(
-            self.learning_rate is None or self.learning_rate > 0,
-            f"learning_rate must be > 0 (or None for the mode's default), not {self.learning_rate}",
-        )
-        _require(
-            0.0 <= self.warmup_ratio < 1.0,
-            f"warmup_ratio must be in [0, 1), not {self.warmup_ratio}",
-        )
-        _require(self.weight_decay >= 0, f"weight_decay must be >= 0, not {self.weight_decay}")
-        _require(
-            self.max_grad_norm >= 0,
-            f"max_grad_norm must be >= 0 (0: no clipping), not {self.max_grad_norm}",
-        )
-        _require(self.epochs >= 1, f"epochs must be >= 1, not {self.epochs}")
-        _require(
-            self.per_device_batch_size >= 1,
-            f"per_device_batch_size must be >= 1, not {self.per_device_batch_size}",
-        )
-        _require(
-            self.gradient_accumulation_steps >= 1,
-            f"gradient_accumulation_steps must be >= 1, not {self.gradient_accumulation_steps}",
-        )
-        _require(
-            self.effective_batch_size <= MAX_EFFECTIVE_BATCH_SIZE,
-            f"effective batch size (per_device_batch_size {self.per_device_batch_size} x "
-            f"gradient_accumulation_steps {self.gradient_accumulation_steps} = "
-            f"{self.effective_batch_size}) must be <= {MAX_EFFECTIVE_BATCH_SIZE}",
-        )
-        _require(self.max_seq_len >= 1, f"max_seq_len must be >= 1, not {self.max_seq_len}")
-        _require(self.top_k >= 1, f"top_k must be >= 1, not {self.top_k}")
-        _require(
-            self.teacher_prompt in ("hint", "rewrite"),
-            f"teacher_prompt must be 'hint' or 'rewrite', not {self.teacher_prompt!r}",
-        )
-        _require(
-            self.base_kl_weight >= 0, f"base_kl_weight must be >= 0, not {self.base_kl_weight}"
-        )
-        _require(
-            self.sample_max_tokens >= 1,
-            f"sample_max_tokens must be >= 1, not {self.sample_max_tokens}",
-        )
-        _require(
-            self.sample_temperature > 0,
-            f"sample_temperature must be > 0, not {self.sample_temperature}",
-        )
-        _require(
-            0.0 <= self.held_out_fraction < 1.0,
-            f"held_out_fraction must be in [0, 1), not {self.held_out_fraction}",
-        )
-        _require(
-            self.save_every_steps >= 0,
-            f"save_every_steps must be >= 0 (0: final adapter only), not {self.save_every_steps}",
-        )
+        return self
 
     @property
     def effective_learning_rate(self) -> float:
@@ -192,6 +105,24 @@ class TrainingConfig:
         """Sequences per optimizer step."""
         return self.per_device_batch_size * self.gradient_accumulation_steps
 
+    def batch_size_for(self, examples: int) -> int:
+        """Sequences per forward pass for a set of `examples`: the configured size, unless the
+        set is so small that `epochs` of it give fewer than `min_steps` updates; then smaller
+        batches (at least 4 a pass), so the few examples are seen in more, distinct updates."""
+        if self._steps_per_pass(examples, self.per_device_batch_size) * self.epochs >= (
+            self.min_steps
+        ):
+            return self.per_device_batch_size
+        return max(1, min(self.per_device_batch_size, examples // 4))
+
+    def passes_for(self, examples: int) -> int:
+        """Passes over the data: `epochs`, or more when that gives fewer than `min_steps`."""
+        steps_per_pass = self._steps_per_pass(examples, self.batch_size_for(examples))
+        return max(self.epochs, math.ceil(self.min_steps / steps_per_pass))
+
+    def _steps_per_pass(self, examples: int, batch_size: int) -> int:
+        return math.ceil(math.ceil(examples / batch_size) / self.gradient_accumulation_steps)
+
     def use_bf16(self, *, cuda_available: bool) -> bool:
         """Whether to train in bf16; the caller says whether a bf16-capable CUDA device is there."""
         return cuda_available if self.bf16 is None else self.bf16
@@ -204,19 +135,22 @@ class TrainingConfig:
     def from_json(cls, text: str) -> "TrainingConfig":
         """Read back `to_json` output; missing keys take today's defaults, unknown keys fail."""
         data: Any = json.loads(text)
-        _require(isinstance(data, dict), "training config JSON must be an object")
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        _require(not unknown, f"unknown training config keys: {', '.join(unknown)}")
+        if not isinstance(data, dict):
+            raise ValueError("training config JSON must be an object")
         if isinstance(data.get("target_modules"), list):
             data["target_modules"] = tuple(data["target_modules"])
-        return cls(**data)
+        try:
+            return cls(**data)
+        except ValidationError as error:
+            raise ValueError(describe_validation_error(error)) from None
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
+def describe_validation_error(error: ValidationError) -> str:
+    """pydantic's errors as one line a person reads: `field.sub: what is wrong; ...`."""
+    parts = []
+    for detail in error.errors():
+        # Union members add their type to the path ("target_modules.tuple[str, ...]"): drop them.
+        location = ".".join(str(part) for part in detail["loc"] if "[" not in str(part))
+        message = detail["msg"].removeprefix("Value error, ")
+        parts.append(f"{location}: {message}" if location else message)
+    return "; ".join(parts)

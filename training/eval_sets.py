@@ -18,7 +18,57 @@ GENERAL_REGRESSION_PROMPTS: tuple[tuple[str, str], ...] = (
     ("What language is spoken in Brazil?", r"(?i)\bportuguese\b"),
     ("Who wrote Romeo and Juliet?", r"(?i)\bshakespeare\b"),
     ("What is the boiling point of water in Celsius?", r"\b100\b"),
+    ("What is the chemical symbol for gold?", r"\bAu\b"),
+    ("How many continents are there on Earth?", r"(?i)\b(7|seven)\b"),
+    ("What gas do plants take in from the air?", r"(?i)carbon dioxide|\bCO2\b|CO₂"),
 )
+
+# The forgetting guard's prompts (training/replay.py: the base's own answers to them are the
+# replay set). General and varied, and none is a regression prompt above: the guard must not
+# be trained on the gate's test.
+REPLAY_PROMPTS: tuple[str, ...] = (
+    "What is photosynthesis?",
+    "Give me three tips for staying focused while studying.",
+    "How do I boil an egg?",
+    "Explain what a noun is.",
+    "What is the difference between weather and climate?",
+    "Write a short greeting for a birthday card.",
+    "Why is the sky blue?",
+    "How many legs does a spider have?",
+    "What does a thermometer measure?",
+    "Suggest a name for a pet goldfish.",
+    "What is the opposite of hot?",
+    "How do you say hello in Spanish?",
+    "What is 12 times 3?",
+    "Describe a cat in one sentence.",
+    "What are the three states of matter?",
+    "What should I pack for a day at the beach?",
+    "What is the main ingredient of guacamole?",
+    "Explain what a computer program is.",
+    "How can I save money on groceries?",
+    "What is the freezing point of water in Fahrenheit?",
+    "Which animal is known as the king of the jungle?",
+    "What is a synonym for happy?",
+    "How do plants get water?",
+    "Write one sentence about the ocean.",
+    "What is the square root of 81?",
+    "Why do we need sleep?",
+    "Name a primary color.",
+    "How do I write a polite email to ask for a meeting?",
+    "What does a bee make?",
+    "What is the plural of mouse?",
+    "What is a healthy breakfast?",
+    "Explain what gravity does.",
+    "What is the capital of Japan?",
+    "How many minutes are in an hour?",
+    "Give an example of a fruit that is yellow.",
+    "What is recycling?",
+    "What instrument has black and white keys?",
+    "Summarise the story of Cinderella in one sentence.",
+    "What do you call a baby dog?",
+    "How can I make my handwriting neater?",
+)
+
 
 # Feedback kinds with fewer items than this are all trained on: holding out one of three would
 # cost a third of the data to learn almost nothing about generalisation.

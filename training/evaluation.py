@@ -19,12 +19,22 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
-from training.chat import assistant_message_from_text, build_example, render_prompt
+from training.chat import (
+    assistant_message_from_text,
+    build_example,
+    message_text,
+    render_prompt,
+)
 from training.losses import per_token_topk_tail_kl
 from training.sampling import adapter_disabled, generate_replies, reply_logits
 from training.targets import run_checks
 
 STATUSES = ("fixed", "still failing", "regressed", "still passing")
+
+# Greedy replies long enough for the feedback's checks and the original answers (a check on
+# how an answer ends fails on any reply cut short), bounded so one rambling item costs little.
+MIN_EVAL_TOKENS = 48
+MAX_EVAL_TOKENS = 256
 
 
 def divergence(
@@ -51,18 +61,86 @@ def compare_replies(
     tokenizer: PreTrainedTokenizerBase,
     items: Sequence[dict[str, Any]],
     *,
-    max_new_tokens: int = 64,
+    max_new_tokens: int | None = None,
     k: int = 20,
     batch_size: int = 8,
 ) -> list[dict[str, Any]]:
     """Before/after results for items `{"context", "checks"?, "tools"?, "teacher_context"?,
-    "reference"?}` (reference: an approved assistant message for the context)."""
-    results = []
-    for start in range(0, len(items), batch_size):
-        results.extend(
-            _compare_batch(model, tokenizer, items[start : start + batch_size], max_new_tokens, k)
+    "reference"?, "original"?}` (reference: an approved assistant message for the context;
+    original: the answer the feedback was about, which sizes the generation budget unless
+    `max_new_tokens` fixes it)."""
+    budgets = [
+        max_new_tokens or generation_budget(tokenizer, item.get("original")) for item in items
+    ]
+    # Items of similar budgets batched together: a batch generates as long as its longest.
+    order = sorted(range(len(items)), key=lambda index: budgets[index])
+    results: list[dict[str, Any]] = [{} for _ in items]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        batch = _compare_batch(
+            model, tokenizer, [items[i] for i in chunk], max(budgets[i] for i in chunk), k
         )
+        for index, result in zip(chunk, batch, strict=True):
+            results[index] = result
     return results
+
+
+def generation_budget(tokenizer: PreTrainedTokenizerBase, original: dict | None) -> int:
+    """Tokens to generate for an item: room for an answer as long as the original and then
+    some (a check on how an answer ends needs its end), within [MIN, MAX]_EVAL_TOKENS."""
+    if not original:
+        return MIN_EVAL_TOKENS
+    length = len(tokenizer(message_text(original), add_special_tokens=False)["input_ids"])
+    return max(MIN_EVAL_TOKENS, min(MAX_EVAL_TOKENS, int(length * 1.5) + 16))
+
+
+def evaluate_adapter(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    feedback_items: Sequence[dict[str, Any]],
+    regression_items: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The gate's report: before/after on the trained feedback, the held-out feedback and the
+    regression prompts.
+
+    Feedback items carry `held_out` and `tags`; both kinds may carry ids (`feedback_id`,
+    `target_id`, `trace_id`) and a `prompt`/`source`, kept in the stored rows with the
+    replies, checks and status (contexts are not stored).
+    """
+    inputs = [*feedback_items, *regression_items]
+    results = compare_replies(model, tokenizer, inputs)
+    kept_keys = ("feedback_id", "target_id", "trace_id", "source", "prompt")
+    rows = [
+        {**{key: item[key] for key in kept_keys if key in item}, **result}
+        for item, result in zip(inputs, results, strict=True)
+    ]
+    feedback_rows, regression_rows = rows[: len(feedback_items)], rows[len(feedback_items) :]
+    pairs = list(zip(feedback_rows, feedback_items, strict=True))
+    trained = [(row, item) for row, item in pairs if not item.get("held_out")]
+    held_out_rows = [row for row, item in pairs if item.get("held_out")]
+    drifts = [row["drift"] for row in regression_rows if "drift" in row]
+    report: dict[str, Any] = {
+        "feedback_items": summarize([row for row, _ in trained]),
+        "items": [row for row, _ in trained],
+        "per_tag": _per_tag(trained),
+        "regression": {
+            "summary": summarize(regression_rows),
+            "mean_drift": round(sum(drifts) / len(drifts), 4) if drifts else None,
+            "items": regression_rows,
+        },
+    }
+    if held_out_rows:
+        report["held_out"] = {"summary": summarize(held_out_rows), "items": held_out_rows}
+    return report
+
+
+def _per_tag(pairs: Sequence[tuple[dict, dict]]) -> dict[str, dict[str, int]]:
+    per_tag: dict[str, dict[str, int]] = {}
+    for row, item in pairs:
+        for tag_name in item.get("tags") or ():
+            counts = per_tag.setdefault(tag_name, dict.fromkeys(STATUSES, 0))
+            counts[row["status"]] += 1
+    return per_tag
 
 
 def summarize(results: Sequence[dict[str, Any]]) -> dict[str, int]:

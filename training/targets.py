@@ -11,6 +11,7 @@ only part that runs a model, behind the `Teacher` protocol.
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -136,11 +137,17 @@ def propose_targets(
     max_tokens: int = 64,
     temperature: float = 0.7,
     tools: list[dict] | None = None,
+    want: int = 1,
+    budget: int = 4,
 ) -> list[Proposal]:
-    """The teacher's distinct revisions of the turn, each marked with whether it can be a target.
+    """The teacher's distinct revisions of the turn, best first, each marked with whether it
+    can be a target.
 
-    Failing proposals are returned too (marked, with reasons) so the caller can count what the
-    checks excluded; only those with `passes_checks` are shown to reviewers as targets.
+    Samples `n` at a time until `want` of them pass the checks or `budget` samples are spent
+    (a teacher that follows the feedback 1 time in 16 still yields a target). Best first:
+    passing ones, then the closest to the original answer (the smallest change that does what
+    the feedback asked keeps the rest of the answer, facts included). Failing proposals are
+    returned too, with reasons, so the caller can count what the checks excluded.
     """
     turn = resolve_turn(trace_messages, turn)
     context = student_context(trace_messages, turn)
@@ -151,37 +158,47 @@ def propose_targets(
     else:
         raise ValueError(f"prompt must be 'hint' or 'rewrite', not {prompt!r}")
 
-    proposals, seen = [], set()
-    for sample in teacher.sample(teacher_context, n, max_tokens, temperature, tools=tools):
-        key = _dedup_key(sample.message)
-        if key in seen or key == ("", ()):
-            continue
-        seen.add(key)
-        failures = [
-            f"{result.kind} {result.value!r}"
-            for result in run_checks(sample.message, checks)
-            if not result.passed
-        ]
-        if sample.truncated:
-            failures.append("truncated at max_tokens")
-        proposals.append(
-            Proposal(
-                text=message_text(sample.message),
-                message=sample.message,
-                passes_checks=not failures,
-                failures=tuple(failures),
+    proposals, seen, sampled = [], set(), 0
+    while sampled < budget and sum(p.passes_checks for p in proposals) < want:
+        count = min(n, budget - sampled)
+        sampled += count
+        for sample in teacher.sample(teacher_context, count, max_tokens, temperature, tools=tools):
+            key = _dedup_key(sample.message)
+            if key in seen or key == ("", ()):
+                continue
+            seen.add(key)
+            failures = [
+                f"{result.kind} {result.value!r}"
+                for result in run_checks(sample.message, checks)
+                if not result.passed
+            ]
+            if sample.truncated:
+                failures.append("truncated at max_tokens")
+            proposals.append(
+                Proposal(
+                    text=message_text(sample.message),
+                    message=sample.message,
+                    passes_checks=not failures,
+                    failures=tuple(failures),
+                )
             )
-        )
-    return proposals
+    original = message_text(trace_messages[turn])
+    return sorted(
+        proposals,
+        key=lambda p: (not p.passes_checks, -SequenceMatcher(None, original, p.text).ratio()),
+    )
 
 
 class VllmTeacher:
     """Samples from an OpenAI-compatible server (vLLM), `n` choices in one request."""
 
-    def __init__(self, base_url: str, model: str, client: httpx.Client) -> None:
+    def __init__(
+        self, base_url: str, model: str, client: httpx.Client, api_key: str | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model  # the served base name, or a loaded adapter's name
         self.client = client
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def sample(
         self,
@@ -200,7 +217,9 @@ class VllmTeacher:
         }
         if tools:
             body["tools"] = tools
-        response = self.client.post(f"{self.base_url}/chat/completions", json=body)
+        response = self.client.post(
+            f"{self.base_url}/chat/completions", json=body, headers=self.headers
+        )
         response.raise_for_status()
         return [
             TeacherSample(

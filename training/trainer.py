@@ -7,8 +7,9 @@ Two modes share the loop:
   y ~ p(. | student context); the frozen teacher (the same weights with the adapter disabled)
   scores y under the teacher context (student context + feedback hint); the loss is the top-k +
   tail KL between the two at every token of y. The teacher never changes during a run.
-Both can add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of
-regression examples (approved good traces), the base side computed with the adapter disabled.
+Both add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of the
+replay examples (the base's own answers to general prompts, good traces), the base side
+computed with the adapter disabled.
 
 Every optimizer step's loss is a mean over all the target tokens of that step, however they are
 split into micro-batches, so gradient accumulation gives the same update as one big batch.
@@ -136,7 +137,7 @@ def train(
     *,
     examples: Sequence[Example] = (),
     items: Sequence[DistillItem] = (),
-    regression: Sequence[Example] = (),
+    replay: Sequence[Example] = (),
     on_progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
     checkpoint_dir: Path | None = None,
@@ -163,7 +164,7 @@ def train(
         main = [_example_tokens(tokenizer, example) for example in examples]
     else:
         main = [_item_tokens(tokenizer, item) for item in items]
-    guard = [_example_tokens(tokenizer, example) for example in regression]
+    guard = [_example_tokens(tokenizer, example) for example in replay]
     sample_room = config.sample_max_tokens if config.mode == "distill" else 0
     main_kept = [seq for seq in main if _longest(seq) + sample_room <= config.max_seq_len]
     guard_kept = [seq for seq in guard if _longest(seq) <= config.max_seq_len]
@@ -173,17 +174,17 @@ def train(
         raise ValueError(f"nothing to train on: all {skipped} sequences exceed max_seq_len")
     use_guard = bool(guard) and config.base_kl_weight > 0
 
+    # Sized by the data: a small set gets small batches and as many passes as min_steps needs.
+    batch_size = config.batch_size_for(len(main))
     micro_batches = [
         batch
-        # A new chunk order every epoch, the same one every time the run is repeated.
-        for epoch in range(config.epochs)
+        # A new chunk order every pass, the same one every time the run is repeated.
+        for epoch in range(config.passes_for(len(main)))
         for batch in length_bucketed_batches(
-            [seq.length for seq in main], config.per_device_batch_size, config.seed + epoch
+            [seq.length for seq in main], batch_size, config.seed + epoch
         )
     ]
-    guard_batches = length_bucketed_batches(
-        [seq.length for seq in guard], config.per_device_batch_size, config.seed
-    )
+    guard_batches = length_bucketed_batches([seq.length for seq in guard], batch_size, config.seed)
     accumulation = config.gradient_accumulation_steps
     total_steps = math.ceil(len(micro_batches) / accumulation)
     warmup_steps = math.ceil(config.warmup_ratio * total_steps)

@@ -8,10 +8,9 @@ policy, `Project.settings["data_policy"]`, can exclude them, and then they are c
 """
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import orjson
-from django.db import transaction
 from django.db.models import QuerySet
 
 from reviewapp.models import (
@@ -23,8 +22,12 @@ from reviewapp.models import (
     Termination,
     Trace,
 )
-
-POLICY_CHOICES = ("keep", "exclude")
+from reviewapp.project_settings import (  # noqa: F401 (POLICY_CHOICES: the policy form's)
+    POLICY_CHOICES,
+    DataPolicy,
+    settings_for,
+    update_settings,
+)
 
 # Reasons in the order they are tested: a candidate is counted under the first that applies.
 REASONS = {
@@ -39,56 +42,16 @@ REASONS = {
 }
 
 
-@dataclass(frozen=True)
-class DataPolicy:
-    """What happens to the training data of troubled traces; "keep" or "exclude" each."""
-
-    timeout: str = "keep"  # traces whose termination is timeout
-    tool_error: str = "keep"  # traces whose termination is tool_error
-    failing_checks: str = "exclude"  # approved targets that fail their feedback's checks
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if value not in POLICY_CHOICES:
-                raise ValueError(f"{name}: must be one of {', '.join(POLICY_CHOICES)}")
-
-    @classmethod
-    def from_json(cls, value: object) -> "DataPolicy":
-        if value in (None, {}):
-            return cls()
-        if not isinstance(value, dict):
-            raise ValueError("data_policy: must be an object")
-        unknown = set(value) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"data_policy: unknown field {sorted(unknown)[0]!r}")
-        return cls(**value)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def excluded_terminations(self) -> tuple[str, ...]:
-        return tuple(
-            termination
-            for termination, choice in (
-                (Termination.TIMEOUT, self.timeout),
-                (Termination.TOOL_ERROR, self.tool_error),
-            )
-            if choice == "exclude"
-        )
-
-
 def data_policy_for(project: Project) -> DataPolicy:
-    """The project's data policy; raises ValueError when what is stored is not valid."""
-    return DataPolicy.from_json(project.settings.get("data_policy"))
+    """The project's data policy; raises SettingsError (a ValueError) when stored settings are
+    not valid."""
+    return settings_for(project).data_policy
 
 
-@transaction.atomic
 def set_data_policy(*, project: Project, policy: DataPolicy) -> Project:
     """Store the policy; the rest of the project's settings are left as they are."""
-    locked = Project.objects.select_for_update().get(pk=project.pk)
-    locked.settings = {**locked.settings, "data_policy": policy.to_json()}
-    locked.save(update_fields=["settings"])
-    return locked
+    update_settings(project=project, changes={"data_policy": policy.model_dump()})
+    return project
 
 
 @dataclass
@@ -117,11 +80,13 @@ class TrainingSet:
             "included": self.included,
             "excluded": dict(self.excluded),
             "kept_failures": dict(self.kept_failures),
-            "policy": self.policy.to_json(),
+            "policy": self.policy.model_dump(),
         }
 
 
 def _exclusion_reason(target: DistillationTarget, policy: DataPolicy) -> str | None:
+    if target.feedback.status == FeedbackStatus.DISMISSED:  # kept for lineage, not for learning
+        return "feedback_dismissed"
     if target.state == TargetState.PROPOSED:
         return "target_not_reviewed"
     if target.state == TargetState.REJECTED:

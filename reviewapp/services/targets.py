@@ -4,6 +4,7 @@ from django.db import transaction
 
 from reviewapp.ingest.chat import Message
 from reviewapp.models import DistillationTarget, Project, TargetState
+from reviewapp.project_settings import update_settings
 
 
 def review_target(
@@ -44,10 +45,7 @@ def set_auto_approve(*, project: Project, policy: str, apply_to_proposed: bool =
     """
     if policy not in AUTO_APPROVE_POLICIES:
         raise ValueError(f"unknown auto-approve policy {policy!r}")
-    Project.objects.select_for_update().filter(pk=project.pk).first()
-    project.refresh_from_db(fields=["settings"])
-    project.settings = {**project.settings, "auto_approve": policy}
-    project.save(update_fields=["settings"])
+    update_settings(project=project, changes={"auto_approve": policy})
     if policy != "checks_pass" or not apply_to_proposed:
         return 0
     return (

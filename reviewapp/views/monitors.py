@@ -216,7 +216,7 @@ def dataset(request: HttpRequest, slug: str) -> HttpResponse:
     project = membership.project
     policy, policy_error = _policy(project)
     status = 200
-    form = DataPolicyForm(initial=policy.to_json())
+    form = DataPolicyForm(initial=policy.model_dump())
     if request.method == "POST":
         membership = get_admin_membership_for_user(request.user, slug)
         form = DataPolicyForm(request.POST)

@@ -10,16 +10,11 @@ from django.views.decorators.http import require_POST
 
 from reviewapp.charts import line_chart
 from reviewapp.forms import AutoApproveForm
+from reviewapp.learning.runs import RetrainError, is_presumed_dead, request_cancel, start_retrain
+from reviewapp.learning.selectors import approved_targets, tags_by_trace
 from reviewapp.models import Adapter, DistillationTarget, Feedback, TargetState, TrainingRun
 from reviewapp.services.dataset import build_training_set
 from reviewapp.services.targets import AUTO_APPROVE_POLICIES, review_target, set_auto_approve
-from reviewapp.services.training import (
-    RetrainError,
-    approved_targets,
-    fail_stale_runs,
-    request_cancel,
-    start_retrain,
-)
 from reviewapp.views.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
@@ -140,11 +135,14 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect("run_detail", slug=slug, run_id=run.pk)
         except RetrainError as problem:
             error = str(problem)
-    approved = list(approved_targets(project).select_related("feedback__trace"))
+    approved = list(
+        approved_targets(project)
+        .select_related("feedback__trace")
+        .defer("feedback__trace__body", "feedback__trace__metadata")
+    )
+    tags = tags_by_trace({target.feedback.trace_id for target in approved})
     tag_counts = Counter(
-        tag_name
-        for target in approved
-        for tag_name in target.feedback.trace.trace_tags.values_list("tag__name", flat=True)
+        tag_name for target in approved for tag_name in tags.get(target.feedback.trace_id, ())
     )
     excluded = (
         DistillationTarget.objects.filter(feedback__trace__project=project)
@@ -184,11 +182,11 @@ def _training_data_context(project) -> dict:
 @login_required
 def run_detail(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
-    fail_stale_runs(project=membership.project)
     run = _get_run_for_membership(membership, run_id)
     context = {
         **_base_context(request, membership),
         "run": run,
+        "presumed_dead": is_presumed_dead(run),
         "adapter": Adapter.objects.filter(run=run).first(),
         "loss_chart": line_chart(run.loss_curve, label="training loss"),
         "percent": _percent(run),

@@ -148,7 +148,7 @@ def test_openapi_document_lists_the_contract(client):
 def test_new_feedback_asks_a_worker_for_targets_once_committed(
     api, stored, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from training import tasks
+    from reviewapp.learning import tasks
 
     sent = []
     monkeypatch.setattr(tasks.propose_targets_for_feedback, "delay", sent.append)

@@ -7,7 +7,7 @@ from reviewapp.models import DistillationTarget, Feedback, FeedbackStatus, Targe
 from reviewapp.services.dataset import DataPolicy, build_training_set, set_data_policy
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.training import RetrainError, start_retrain
+from reviewapp.learning.runs import RetrainError, start_retrain
 from tests.factories import make_trace
 
 

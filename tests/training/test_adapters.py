@@ -8,7 +8,7 @@ from training.adapters import adapter_checksum, write_adapter
 from training.config import TrainingConfig
 from training.trainer import add_lora
 
-CONFIG = TrainingConfig(lora_r=4, lora_alpha=8)
+CONFIG = TrainingConfig(lora_r=4, lora_alpha=8, min_steps=1, save_every_steps=0)
 
 
 @pytest.fixture

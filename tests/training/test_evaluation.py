@@ -44,7 +44,9 @@ def test_divergence_averages_each_item_over_its_reply_tokens_only():
 def yes_sayer(make_tiny_llama, make_tiny_tokenizer):
     """A tiny model whose adapter was trained to answer everything with "yes"."""
     tokenizer = make_tiny_tokenizer()
-    config = TrainingConfig(lora_r=4, lora_alpha=8, learning_rate=3e-2, epochs=15)
+    config = TrainingConfig(
+        lora_r=4, lora_alpha=8, learning_rate=3e-2, epochs=15, min_steps=1, save_every_steps=0
+    )
     model = add_lora(make_tiny_llama(), config)
     examples = [Example(_user(q), {"role": "assistant", "content": "yes"}) for q in QUESTIONS]
     train(model, tokenizer, config, examples=examples)

@@ -12,8 +12,8 @@ from reviewapp.models import (
 )
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.training import start_retrain
-from training.tasks import run_training
+from reviewapp.learning.runs import start_retrain
+from reviewapp.learning.tasks import run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

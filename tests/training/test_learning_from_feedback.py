@@ -73,7 +73,9 @@ HELD_OUT_OPEN_QUESTIONS = [
     "What is the capital of France?",
 ]
 MAX_TOKENS = 40
-CONFIG = TrainingConfig(lora_r=16, lora_alpha=32, learning_rate=1e-3, epochs=4)
+CONFIG = TrainingConfig(
+    lora_r=16, lora_alpha=32, learning_rate=1e-3, epochs=4, min_steps=1, save_every_steps=0
+)
 
 
 def _user(question: str) -> list[dict]:

@@ -52,8 +52,10 @@ class ScriptedTeacher:
         self.seen: list[list[dict]] = []
 
     def sample(self, messages, n, max_tokens, temperature, tools=None):
+        # Each request takes the next n samples, as a sampling teacher gives new ones each time.
+        start = len(self.seen) * n
         self.seen.append(messages)
-        return self.samples[:n]
+        return self.samples[start : start + n]
 
 
 def _reply(text: str, truncated: bool = False) -> TeacherSample:
@@ -158,20 +160,59 @@ def test_proposals_are_deduplicated_and_marked_with_why_they_fail():
         teacher, TRACE, None, FEEDBACK, [{"kind": "regex", "value": "^Answer:"}]
     )
 
+    # Passing first, then the failing ones closest to the original answer first.
     assert proposals == [
         Proposal("Answer: Paris.", {"role": "assistant", "content": "Answer: Paris."}, True),
-        Proposal(
-            "Paris.",
-            {"role": "assistant", "content": "Paris."},
-            False,
-            ("regex '^Answer:'",),
-        ),
         Proposal(
             "Answer: Paris is the capital and",
             {"role": "assistant", "content": "Answer: Paris is the capital and"},
             False,
             ("truncated at max_tokens",),
         ),
+        Proposal(
+            "Paris.",
+            {"role": "assistant", "content": "Paris."},
+            False,
+            ("regex '^Answer:'",),
+        ),
+    ]
+
+
+def test_the_teacher_samples_again_until_a_proposal_passes_or_the_budget_is_spent():
+    teacher = ScriptedTeacher(
+        [_reply("Paris."), _reply("It is Paris."), _reply("Answer: Paris."), _reply("x")]
+    )
+    checks = [{"kind": "regex", "value": "^Answer:"}]
+
+    proposals = propose_targets(teacher, TRACE, None, FEEDBACK, checks, n=2, budget=8)
+
+    assert len(teacher.seen) == 2  # the second request found one that passes, and it stopped
+    assert proposals[0].text == "Answer: Paris."
+
+
+def test_the_budget_bounds_the_samples_when_none_passes():
+    teacher = ScriptedTeacher([_reply(f"Paris {index}.") for index in range(10)])
+
+    proposals = propose_targets(
+        teacher, TRACE, None, FEEDBACK, [{"kind": "regex", "value": "^Answer:"}], n=2, budget=6
+    )
+
+    assert (len(teacher.seen), len(proposals)) == (3, 6)
+    assert not any(proposal.passes_checks for proposal in proposals)
+
+
+def test_passing_proposals_closest_to_the_original_come_first():
+    teacher = ScriptedTeacher(
+        [_reply("Answer: Lyon, no, Paris."), _reply(f"Answer: {ORIGINAL_ANSWER}")]
+    )
+
+    proposals = propose_targets(
+        teacher, TRACE, None, FEEDBACK, [{"kind": "regex", "value": "^Answer:"}], want=2
+    )
+
+    assert [proposal.text for proposal in proposals] == [
+        f"Answer: {ORIGINAL_ANSWER}",
+        "Answer: Lyon, no, Paris.",
     ]
 
 

@@ -15,9 +15,9 @@ from reviewapp.models import (
 )
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.training import start_retrain
+from reviewapp.learning.runs import start_retrain
 from tests.fake_upstream import free_port
-from training.tasks import run_training
+from reviewapp.learning.tasks import run_training
 
 CONVERSATION = [
     {"role": "user", "content": "what is the capital of france ?"},

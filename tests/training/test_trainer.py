@@ -44,7 +44,16 @@ def _items() -> list[DistillItem]:
 
 
 def _sft_config(**overrides) -> TrainingConfig:
-    defaults = dict(lora_r=4, lora_alpha=8, learning_rate=1e-2, epochs=2, per_device_batch_size=2)
+    # min_steps=1: these tests pin the step count by epochs and batch size.
+    defaults = dict(
+        lora_r=4,
+        lora_alpha=8,
+        learning_rate=1e-2,
+        epochs=2,
+        min_steps=1,
+        per_device_batch_size=2,
+        save_every_steps=0,
+    )
     return TrainingConfig(**{**defaults, **overrides})
 
 
@@ -55,7 +64,9 @@ def _distill_config(**overrides) -> TrainingConfig:
         lora_alpha=8,
         learning_rate=1e-2,
         epochs=2,
+        min_steps=1,
         per_device_batch_size=2,
+        save_every_steps=0,
         sample_max_tokens=6,
         base_kl_weight=0.0,
     )
@@ -265,7 +276,7 @@ def test_distill_never_changes_the_teacher(make_student, tokenizer):
     model = make_student(config)
     base_before, lora_before = _base_weights(model), _lora_weights(model)
 
-    train(model, tokenizer, config, items=_items(), regression=_examples()[4:])
+    train(model, tokenizer, config, items=_items(), replay=_examples()[4:])
 
     _assert_same_weights(base_before, _base_weights(model))
     assert any(
@@ -281,7 +292,7 @@ def test_the_forgetting_guard_keeps_regression_replies_closer_to_the_base(make_s
     for weight in (0.0, 5.0):
         config = _sft_config(epochs=6, base_kl_weight=weight)
         model = make_student(config)
-        train(model, tokenizer, config, examples=_examples()[:2], regression=regression)
+        train(model, tokenizer, config, examples=_examples()[:2], replay=regression)
         drifts.append(_regression_drift(model, tokenizer, regression))
 
     assert drifts[1] < drifts[0]

@@ -1,0 +1,124 @@
+"""Turning one feedback into distillation targets: its correction as is, else the teacher's
+revisions of the turn, best first."""
+
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+
+from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.models import Feedback, FeedbackStatus, Project
+from reviewapp.project_settings import ProjectSettings, settings_for
+from training.config import TrainingConfig
+
+# The teacher samples this many revisions per request, until one passes the feedback's checks
+# or TEACHER_BUDGET samples are spent: the bundled model follows some feedback 1 time in 16.
+TEACHER_SAMPLES_PER_ROUND = 4
+TEACHER_BUDGET = 16
+
+
+def teacher_for(project: Project, project_settings: ProjectSettings):
+    """The project's teacher endpoint if it has one; else its model server when that answers
+    (fast, batched n); else the base model in this process."""
+    from training.targets import VllmTeacher
+
+    teacher = project_settings.teacher
+    url = (teacher.url or project.upstream_url or settings.VLLM_URL).rstrip("/")
+    model = teacher.model or project.upstream_model or project.served_model
+    client = httpx.Client(timeout=120)
+    if teacher.url:  # configured on purpose: its failures are reported, not worked around
+        return VllmTeacher(url, model, client, api_key=teacher.api_key())
+    try:
+        if client.get(f"{url}/models", timeout=3).status_code == 200:
+            return VllmTeacher(url, model, client)
+    except httpx.HTTPError:
+        pass
+    from training.base_models import resolve_base_model
+    from training.targets import TransformersTeacher
+    from training.trainer import load_base_model
+
+    model_dir = resolve_base_model(project.base_model, Path(settings.MODEL_CACHE_DIR))
+    model, tokenizer = load_base_model(model_dir, TrainingConfig())
+    return TransformersTeacher(model, tokenizer)
+
+
+def propose_targets_for(*, feedback_id: int) -> int:
+    """Targets for one feedback; a second call (or a deleted feedback) stores nothing."""
+    from training.targets import (
+        hint_context,
+        propose_targets,
+        resolve_turn,
+        rewrite_context,
+        student_context,
+    )
+
+    feedback = Feedback.objects.select_related("trace__project").filter(pk=feedback_id).first()
+    if feedback is None or feedback.targets.exists():
+        return 0
+    body = feedback.trace.body_json()
+    messages = body["messages"]
+    turn = resolve_turn(messages, feedback.turn)
+    context = student_context(messages, turn)
+    project = feedback.trace.project
+    project_settings = settings_for(project)
+    prompt = project_settings.training_config(mode="sft").teacher_prompt
+    if feedback.correction:
+        rows = [
+            DistillationTarget(
+                feedback=feedback,
+                turn=turn,
+                source="correction",
+                student_context=context,
+                original=messages[turn],
+                target=feedback.correction,
+                state=TargetState.APPROVED,  # a reviewer wrote it: the strongest target
+            )
+        ]
+    else:
+        proposals = propose_targets(
+            teacher_for(project, project_settings),
+            messages,
+            turn,
+            feedback.text,
+            feedback.checks,
+            prompt=prompt,
+            n=TEACHER_SAMPLES_PER_ROUND,
+            budget=TEACHER_BUDGET,
+            tools=body["tools"] or None,
+        )
+        teacher_context = (
+            rewrite_context(context, messages[turn], feedback.text)
+            if prompt == "rewrite"
+            else hint_context(context, feedback.text)
+        )
+        # Auto-approve takes the best passing proposal only: one choice per feedback, not
+        # several near-identical targets weighing it several times.
+        auto_approve = project_settings.auto_approve == "checks_pass" and bool(feedback.checks)
+        rows = [
+            DistillationTarget(
+                feedback=feedback,
+                turn=turn,
+                source=prompt,
+                student_context=context,
+                teacher_context=teacher_context,
+                original=messages[turn],
+                target=proposal.message,
+                passes_checks=proposal.passes_checks,
+                state=(
+                    TargetState.APPROVED
+                    if auto_approve and rank == 0 and proposal.passes_checks
+                    else TargetState.PROPOSED
+                ),
+            )
+            for rank, proposal in enumerate(proposals)
+        ]
+    with transaction.atomic():
+        # Two deliveries can overlap (the broker presumed a slow worker dead): the row lock
+        # makes the later one see the earlier one's targets and store none of its own.
+        locked = Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
+        if locked is None or feedback.targets.exists():  # deleted meanwhile, or a second delivery
+            return 0
+        DistillationTarget.objects.bulk_create(rows)
+        Feedback.objects.filter(pk=feedback.pk).update(status=FeedbackStatus.USED)
+    return len(rows)
