@@ -7,35 +7,28 @@ text has not changed is not embedded again, so a second delivery does nothing.
 from celery import shared_task
 
 from reviewapp.models import TriageRule
-
-# The services are imported inside the tasks: they import this module to enqueue work.
+from reviewapp.services import similarity, triage
 
 
 @shared_task(name="reviewapp.triage_traces", acks_late=True)
 def triage_traces(trace_ids: list[int]) -> int:
     """Route traces that arrived or changed through their projects' enabled rules."""
-    from reviewapp.services.triage import triage_new_traces
-
-    return triage_new_traces(trace_ids=trace_ids)
+    return triage.triage_new_traces(trace_ids=trace_ids)
 
 
 @shared_task(name="reviewapp.run_triage_rule", acks_late=True)
 def run_triage_rule(rule_id: int) -> int:
     """A rule's "run now": every stored trace of its project it has not looked at yet."""
-    from reviewapp.services.triage import route_traces
-
     rule = TriageRule.objects.select_related("project", "queue").filter(pk=rule_id).first()
     if rule is None or not rule.enabled:
         return 0
-    return route_traces(rule=rule).routed
+    return triage.route_traces(rule=rule).routed
 
 
 @shared_task(name="reviewapp.embed_traces", acks_late=True)
 def embed_traces(trace_ids: list[int]) -> int:
     """Embed traces with the bundled sentence model (loaded once per worker process)."""
-    from reviewapp.services.similarity import embed_traces as embed
-
-    return embed(trace_ids=trace_ids)
+    return similarity.embed_traces(trace_ids=trace_ids)
 
 
 def after_traces_changed(trace_ids: list[int]) -> None:

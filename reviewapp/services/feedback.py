@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -10,7 +11,8 @@ from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
 from reviewapp.ingest.chat import Message, describe_validation_error
-from reviewapp.models import Feedback, Trace
+from reviewapp.models import CopiedFeedback, Feedback, Trace
+from reviewapp.services.similarity import similarity_between
 from reviewapp.tasks import after_traces_changed, embed_traces
 from training.checks import check_problem
 
@@ -162,7 +164,8 @@ def record_feedback(
             )
     except IntegrityError:  # the same feedback sent twice at once
         return Feedback.objects.get(trace=trace, content_hash=content_hash), False
-    from training.tasks import propose_targets_for_feedback  # late: tasks import the models
+    # Late: the learning tasks import the models.
+    from reviewapp.learning.tasks import propose_targets_for_feedback
 
     propose_targets_for_feedback.delay_on_commit(feedback.pk)
     embed_traces.delay_on_commit([trace.pk])  # a trace's text for similarity includes feedback
@@ -189,3 +192,50 @@ def record_outcome(
         setattr(trace, name, value)
     after_traces_changed([trace.pk])  # rules may match on the outcome or termination
     return trace
+
+
+@dataclass(frozen=True)
+class AppliedFeedback:
+    created: list[Feedback]
+    skipped: list[tuple[Trace, str]]  # traces it did not fit, with the reason
+
+
+@transaction.atomic
+def apply_feedback_to_traces(
+    *, feedback: Feedback, traces: list[Trace], reviewer
+) -> AppliedFeedback:
+    """Copy a feedback onto traces a reviewer confirmed as alike, each as its own Feedback.
+
+    The copy is about the whole trace (turn numbers and tool call ids do not carry over, nor
+    does a correction written for one turn); text, rating and checks do. Its author is the
+    confirming reviewer and CopiedFeedback records where it came from. Applying twice adds
+    nothing.
+    """
+    created, skipped = [], []
+    for trace in traces:
+        if trace.project_id != feedback.trace.project_id or trace.pk == feedback.trace_id:
+            skipped.append((trace, "not another trace of this project"))
+            continue
+        try:
+            copy, is_new = record_feedback(
+                trace=trace,
+                text=feedback.text,
+                rating=feedback.rating,
+                checks=feedback.checks,
+                author=reviewer.get_username(),
+                reviewer=reviewer,
+            )
+        except FeedbackError as error:
+            skipped.append((trace, str(error)))
+            continue
+        if not is_new:
+            skipped.append((trace, "it already has this feedback"))
+            continue
+        CopiedFeedback.objects.create(
+            feedback=copy,
+            source=feedback,
+            similarity=similarity_between(feedback.trace, trace),
+            confirmed_by=reviewer,
+        )
+        created.append(copy)
+    return AppliedFeedback(created=created, skipped=skipped)

@@ -1,5 +1,5 @@
 """Trace embeddings in the database, and what they are for: similar traces, failure clusters,
-suggested tags, and one feedback applied to the similar traces a reviewer confirmed.
+suggested tags, and how alike two traces are when a feedback is copied from one to the other.
 
 Vectors are read per project, newest first, up to similarity.MAX_COMPARED; beyond that the
 oldest traces are not compared (a vector index would lift the cap).
@@ -14,7 +14,6 @@ from django.db.models import Exists, OuterRef, Q
 
 from reviewapp import similarity
 from reviewapp.models import (
-    CopiedFeedback,
     Feedback,
     Project,
     Tag,
@@ -23,7 +22,6 @@ from reviewapp.models import (
     TraceEmbedding,
     TraceTag,
 )
-from reviewapp.services.feedback import FeedbackError, record_feedback
 
 # Traces embedded per forward batch group and per transaction.
 EMBED_CHUNK = 256
@@ -106,6 +104,14 @@ def _vectors(project: Project, trace_filter: Q | None = None) -> tuple[np.ndarra
 def _vector_of(trace: Trace) -> np.ndarray | None:
     row = TraceEmbedding.objects.filter(trace=trace, model_name=similarity.MODEL_NAME).first()
     return similarity.from_bytes([row.vector])[0] if row else None
+
+
+def similarity_between(trace: Trace, other: Trace) -> float:
+    """Cosine similarity of two traces' embeddings; 0.0 while either has none."""
+    vector, other_vector = _vector_of(trace), _vector_of(other)
+    if vector is None or other_vector is None:
+        return 0.0
+    return float(vector @ other_vector)
 
 
 @dataclass(frozen=True)
@@ -229,54 +235,3 @@ def _describe_cluster(members: list[int], examples: int) -> Cluster:
         tags=tags.most_common(5),
         feedback=feedback,
     )
-
-
-@dataclass(frozen=True)
-class AppliedFeedback:
-    created: list[Feedback]
-    skipped: list[tuple[Trace, str]]  # traces it did not fit, with the reason
-
-
-@transaction.atomic
-def apply_feedback_to_traces(
-    *, feedback: Feedback, traces: list[Trace], reviewer
-) -> AppliedFeedback:
-    """Copy a feedback onto traces a reviewer confirmed as alike, each as its own Feedback.
-
-    The copy is about the whole trace (turn numbers and tool call ids do not carry over, nor
-    does a correction written for one turn); text, rating and checks do. Its author is the
-    confirming reviewer and CopiedFeedback records where it came from. Applying twice adds
-    nothing.
-    """
-    source_vector = _vector_of(feedback.trace)
-    created, skipped = [], []
-    for trace in traces:
-        if trace.project_id != feedback.trace.project_id or trace.pk == feedback.trace_id:
-            skipped.append((trace, "not another trace of this project"))
-            continue
-        try:
-            copy, is_new = record_feedback(
-                trace=trace,
-                text=feedback.text,
-                rating=feedback.rating,
-                checks=feedback.checks,
-                author=reviewer.get_username(),
-                reviewer=reviewer,
-            )
-        except FeedbackError as error:
-            skipped.append((trace, str(error)))
-            continue
-        if not is_new:
-            skipped.append((trace, "it already has this feedback"))
-            continue
-        vector = _vector_of(trace)
-        score = (
-            float(source_vector @ vector)
-            if source_vector is not None and vector is not None
-            else 0.0
-        )
-        CopiedFeedback.objects.create(
-            feedback=copy, source=feedback, similarity=score, confirmed_by=reviewer
-        )
-        created.append(copy)
-    return AppliedFeedback(created=created, skipped=skipped)

@@ -9,13 +9,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from reviewapp.models import Feedback, Membership, Queue, Tag, Trace, TraceTag, TriageRule
+from reviewapp.services.feedback import apply_feedback_to_traces
 from reviewapp.services.queues import blinds_reviewer
-from reviewapp.services.similarity import (
-    apply_feedback_to_traces,
-    failure_clusters,
-    similar_traces,
-    suggested_tags,
-)
+from reviewapp.services.similarity import failure_clusters, similar_traces, suggested_tags
 from reviewapp.services.triage import ANY_TOOL, rules_with_counts, save_rule
 from reviewapp.tasks import run_triage_rule
 from reviewapp.views.access import (

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from reviewapp import similarity
 from reviewapp.models import CopiedFeedback, Feedback, Tag, Trace, TraceEmbedding, TraceTag
 from reviewapp.services import similarity as service
-from reviewapp.services.feedback import record_feedback
+from reviewapp.services.feedback import apply_feedback_to_traces, record_feedback
 from reviewapp.services.ingest import ingest_traces
 from tests.factories import make_trace
 
@@ -179,7 +179,7 @@ def test_feedback_is_applied_only_to_the_confirmed_traces(project, bob):
         author="alice",
     )
 
-    applied = service.apply_feedback_to_traces(
+    applied = apply_feedback_to_traces(
         feedback=feedback, traces=[traces["confirmed"]], reviewer=bob
     )
 
@@ -196,9 +196,7 @@ def test_feedback_is_applied_only_to_the_confirmed_traces(project, bob):
     assert origin.source == feedback and origin.confirmed_by == bob
     assert origin.similarity == pytest.approx(0.9 / np.hypot(0.9, 0.1), abs=1e-5)
     assert not Feedback.objects.filter(trace=traces["unticked"]).exists()
-    again = service.apply_feedback_to_traces(
-        feedback=feedback, traces=[traces["confirmed"]], reviewer=bob
-    )
+    again = apply_feedback_to_traces(feedback=feedback, traces=[traces["confirmed"]], reviewer=bob)
     assert again.created == [] and len(again.skipped) == 1
     assert Feedback.objects.filter(trace=traces["confirmed"]).count() == 1
 
@@ -209,7 +207,7 @@ def test_feedback_is_not_applied_to_another_projects_trace(project, other_projec
     theirs = other_project.traces.get()
     feedback, _ = record_feedback(trace=source, text="Be brief.")
 
-    applied = service.apply_feedback_to_traces(feedback=feedback, traces=[theirs], reviewer=bob)
+    applied = apply_feedback_to_traces(feedback=feedback, traces=[theirs], reviewer=bob)
 
     assert applied.created == []
     assert not Feedback.objects.filter(trace=theirs).exists()
