@@ -13,7 +13,12 @@ from reviewapp.api import schemas
 from reviewapp.ingest.chat import text_problem
 from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Project, Trace, TraceSource, TraceTag
-from reviewapp.services.feedback import FeedbackError, record_feedback, record_outcome
+from reviewapp.services.feedback import (
+    FeedbackError,
+    delete_feedback,
+    record_feedback,
+    record_outcome,
+)
 from reviewapp.services.ingest import ingest_traces
 
 router = Router(tags=["traces"])
@@ -201,6 +206,23 @@ def post_feedback(request: HttpRequest, external_id: str, payload: schemas.Feedb
     except FeedbackError as error:
         raise HttpError(422, str(error)) from None
     return Status(201 if created else 200, _feedback_json(feedback))
+
+
+@router.delete(
+    "/traces/{external_id}/feedback/{feedback_id}",
+    response={200: schemas.FeedbackOut, 204: None, **ERRORS},
+    summary="Delete feedback sent over the API; feedback an adapter learned from is dismissed",
+)
+def delete_feedback_by_api(request: HttpRequest, external_id: str, feedback_id: int):
+    """204 when deleted; 200 with status `dismissed` when a run used its targets (the adapter's
+    lineage keeps it). A reviewer's feedback is deleted by its author in the dashboard."""
+    trace = _get_trace_for_project(request.auth, external_id)
+    feedback = trace.feedback.filter(pk=feedback_id, reviewer__isnull=True).first()
+    if feedback is None:
+        raise Http404(f"no feedback {feedback_id} sent over the API on this trace")
+    if delete_feedback(feedback=feedback):
+        return Status(204, None)
+    return Status(200, _feedback_json(feedback))
 
 
 @router.post(

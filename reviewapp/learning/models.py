@@ -19,8 +19,10 @@ class TargetState(models.TextChoices):
 class DistillationTarget(models.Model):
     """What the model should have said at one turn: a teacher revision or a correction."""
 
+    # PROTECT: a target a run trained on is the adapter's lineage; deleting feedback that has
+    # targets goes through services.feedback.delete_feedback, which dismisses it instead.
     feedback = models.ForeignKey(
-        "reviewapp.Feedback", on_delete=models.CASCADE, related_name="targets"
+        "reviewapp.Feedback", on_delete=models.PROTECT, related_name="targets"
     )
     turn = models.IntegerField()  # the assistant turn the target replaces
     # "hint" / "rewrite": sampled by the teacher under that prompt; "correction": a reviewer's.
@@ -147,6 +149,9 @@ class ModelRoute(models.Model):
     canary = models.CharField(max_length=200, blank=True)
     canary_share = models.PositiveSmallIntegerField(default=0)  # percent of calls to `canary`
     previous_primary = models.CharField(max_length=200, blank=True)  # what rollback restores
+    # Bumped by every change (learning/deploy.py): a deploy that loaded while the route moved
+    # sees a different revision under the lock and is refused.
+    revision = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -11,7 +11,13 @@ from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
 from reviewapp.ingest.chat import Message, describe_validation_error
-from reviewapp.models import CopiedFeedback, Feedback, Trace
+from reviewapp.models import (
+    CopiedFeedback,
+    DistillationTarget,
+    Feedback,
+    FeedbackStatus,
+    Trace,
+)
 from reviewapp.services.similarity import similarity_between
 from reviewapp.tasks import after_traces_changed, embed_traces
 from training.checks import check_problem
@@ -192,6 +198,23 @@ def record_outcome(
         setattr(trace, name, value)
     after_traces_changed([trace.pk])  # rules may match on the outcome or termination
     return trace
+
+
+@transaction.atomic
+def delete_feedback(*, feedback: Feedback) -> bool:
+    """Delete a feedback and its targets; returns False when it was dismissed instead.
+
+    Feedback whose targets a run used stays, dismissed, so the adapter's lineage keeps it; new
+    runs leave dismissed feedback out.
+    """
+    Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
+    if DistillationTarget.objects.filter(feedback=feedback, runs__isnull=False).exists():
+        Feedback.objects.filter(pk=feedback.pk).update(status=FeedbackStatus.DISMISSED)
+        feedback.status = FeedbackStatus.DISMISSED
+        return False
+    DistillationTarget.objects.filter(feedback=feedback).delete()
+    feedback.delete()
+    return True
 
 
 @dataclass(frozen=True)
