@@ -9,6 +9,7 @@ from ninja.errors import HttpError
 
 from reviewapp.api.schemas import ErrorOut
 from reviewapp.api.traces import ERRORS
+from reviewapp.learning.deploy import deployment_of
 from reviewapp.models import Adapter, ModelRoute, Project, TrainingRun
 from reviewapp.services.training import RetrainError, fail_stale_runs, start_retrain
 
@@ -54,16 +55,6 @@ class AdapterOut(Schema):
 
 class AdapterListOut(Schema):
     adapters: list[AdapterOut]
-
-
-def deployment_of(adapter: Adapter, route: ModelRoute | None) -> dict:
-    if route is None:
-        return {"state": "idle", "share": 0}
-    if route.canary == adapter.name and route.canary_share:
-        return {"state": "canary", "share": route.canary_share}
-    if route.primary == adapter.name:
-        return {"state": "serving", "share": 100 - (route.canary_share if route.canary else 0)}
-    return {"state": "idle", "share": 0}
 
 
 def _get_run_for_project(project: Project, run_id: int) -> TrainingRun:

@@ -12,15 +12,17 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from reviewapp.charts import bar_chart
-from reviewapp.lineage import STATUSES, adapter_lineage, adapter_report
-from reviewapp.models import Adapter, ModelRoute
-from reviewapp.services.deploy import (
+from reviewapp.learning.deploy import (
     DeployError,
+    DeployRefused,
     deploy_adapter,
+    deployment_of,
     promote_canary,
     rollback,
     set_canary_share,
 )
+from reviewapp.lineage import STATUSES, adapter_lineage, adapter_report
+from reviewapp.models import Adapter, ModelRoute
 from reviewapp.views.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
@@ -49,18 +51,6 @@ def _get_adapter_for_membership(membership, version: int) -> Adapter:
     if adapter is None:
         raise Http404("no such adapter")
     return adapter
-
-
-def deployment_of(name: str, route: ModelRoute | None) -> dict:
-    """{"state": primary | canary | previous primary | not serving, "share": percent of calls}."""
-    if route is not None and name:
-        if route.primary == name:
-            return {"state": "primary", "share": 100 - (route.canary_share if route.canary else 0)}
-        if route.canary == name:
-            return {"state": "canary", "share": route.canary_share}
-        if route.previous_primary == name:
-            return {"state": "previous primary", "share": 0}
-    return {"state": "not serving", "share": 0}
 
 
 def _base_context(request: HttpRequest, membership) -> dict:
@@ -92,7 +82,7 @@ def adapter_list(request: HttpRequest, slug: str) -> HttpResponse:
         .order_by("-version")
     )
     context["rows"] = [
-        {"adapter": adapter, "deployment": deployment_of(adapter.name, context["route"])}
+        {"adapter": adapter, "deployment": deployment_of(adapter, context["route"])}
         for adapter in adapters
     ]
     return render(request, "adapters/list.html", context)
@@ -104,7 +94,7 @@ def _deployment_context(request: HttpRequest, membership, adapter: Adapter, **ex
     return {
         **context,
         "adapter": adapter,
-        "deployment": deployment_of(adapter.name, context["route"]),
+        "deployment": deployment_of(adapter, context["route"]),
         "gate": report.get("gate") or {},
         "canary_form": ShareForm(initial={"share": 10}, highest=99),
         "share_form": ShareForm(
@@ -215,25 +205,12 @@ def _form_error(form: ShareForm) -> str:
     return "; ".join(message for messages in form.errors.values() for message in messages)
 
 
-@require_POST
-@login_required
-def adapter_deploy(request: HttpRequest, slug: str, version: int) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    adapter = _get_adapter_for_membership(membership, version)
-    form = ShareForm(request.POST)
-    gate = adapter_report(adapter).get("gate") or {}
-    route = ModelRoute.objects.filter(project=membership.project).first()
-    if not form.is_valid():
-        return _after_action(request, membership, adapter, error=_form_error(form), status=422)
-    if gate.get("passed") is False:
-        error = f"The evaluation gate refused {adapter.name}: {gate.get('reason', '')}"
-        return _after_action(request, membership, adapter, error=error, status=409)
-    if deployment_of(adapter.name, route)["state"] == "primary":
-        error = f"{adapter.name} already answers the alias."
-        return _after_action(request, membership, adapter, error=error, status=409)
+def _route_change(request: HttpRequest, membership, adapter: Adapter, change) -> HttpResponse:
+    """Run one route change; the service refuses what the route does not allow (409)."""
     try:
-        with httpx.Client(timeout=DEPLOY_TIMEOUT_S) as client:
-            deploy_adapter(adapter=adapter, share=form.cleaned_data["share"], client=client)
+        change()
+    except DeployRefused as refusal:
+        return _after_action(request, membership, adapter, error=str(refusal), status=409)
     except DeployError as problem:
         error = f"The model server did not take {adapter.name}; routing is unchanged. {problem}"
         return _after_action(request, membership, adapter, error=error, status=502)
@@ -242,15 +219,26 @@ def adapter_deploy(request: HttpRequest, slug: str, version: int) -> HttpRespons
 
 @require_POST
 @login_required
+def adapter_deploy(request: HttpRequest, slug: str, version: int) -> HttpResponse:
+    membership = get_admin_membership_for_user(request.user, slug)
+    adapter = _get_adapter_for_membership(membership, version)
+    form = ShareForm(request.POST)
+    if not form.is_valid():
+        return _after_action(request, membership, adapter, error=_form_error(form), status=422)
+
+    def deploy() -> None:
+        with httpx.Client(timeout=DEPLOY_TIMEOUT_S) as client:
+            deploy_adapter(adapter=adapter, share=form.cleaned_data["share"], client=client)
+
+    return _route_change(request, membership, adapter, deploy)
+
+
+@require_POST
+@login_required
 def adapter_promote(request: HttpRequest, slug: str, version: int) -> HttpResponse:
     membership = get_admin_membership_for_user(request.user, slug)
     adapter = _get_adapter_for_membership(membership, version)
-    route = ModelRoute.objects.filter(project=membership.project).first()
-    if deployment_of(adapter.name, route)["state"] != "canary":
-        error = f"{adapter.name} is not the canary, so there is nothing to promote."
-        return _after_action(request, membership, adapter, error=error, status=409)
-    promote_canary(project=membership.project)
-    return _after_action(request, membership, adapter)
+    return _route_change(request, membership, adapter, lambda: promote_canary(adapter=adapter))
 
 
 @require_POST
@@ -259,14 +247,12 @@ def adapter_share(request: HttpRequest, slug: str, version: int) -> HttpResponse
     membership = get_admin_membership_for_user(request.user, slug)
     adapter = _get_adapter_for_membership(membership, version)
     form = ShareForm(request.POST, highest=99)
-    route = ModelRoute.objects.filter(project=membership.project).first()
     if not form.is_valid():
         return _after_action(request, membership, adapter, error=_form_error(form), status=422)
-    if deployment_of(adapter.name, route)["state"] != "canary":
-        error = f"{adapter.name} is not the canary; deploy it as one first."
-        return _after_action(request, membership, adapter, error=error, status=409)
-    set_canary_share(project=membership.project, share=form.cleaned_data["share"])
-    return _after_action(request, membership, adapter)
+    share = form.cleaned_data["share"]
+    return _route_change(
+        request, membership, adapter, lambda: set_canary_share(adapter=adapter, share=share)
+    )
 
 
 @require_POST
@@ -275,14 +261,4 @@ def adapter_rollback(request: HttpRequest, slug: str, version: int) -> HttpRespo
     """A canary is dropped; a primary hands the alias back to the previous primary (or base)."""
     membership = get_admin_membership_for_user(request.user, slug)
     adapter = _get_adapter_for_membership(membership, version)
-    route = ModelRoute.objects.filter(project=membership.project).first()
-    state = deployment_of(adapter.name, route)["state"]
-    if state not in ("primary", "canary") or (state == "primary" and route.canary):
-        error = (
-            f"Promote or roll back the canary {route.canary} first."
-            if state == "primary"
-            else f"{adapter.name} is not serving traffic."
-        )
-        return _after_action(request, membership, adapter, error=error, status=409)
-    rollback(project=membership.project)
-    return _after_action(request, membership, adapter)
+    return _route_change(request, membership, adapter, lambda: rollback(adapter=adapter))

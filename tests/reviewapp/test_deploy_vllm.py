@@ -10,8 +10,8 @@ from django.conf import settings
 from django.test import AsyncClient
 
 from reviewapp.gateway.recorder import recorder
+from reviewapp.learning.deploy import deploy_adapter, rollback
 from reviewapp.models import Adapter, ModelCall
-from reviewapp.services.deploy import deploy_adapter, rollback
 from reviewapp.services.projects import create_api_key, create_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -65,6 +65,6 @@ async def test_a_deployed_adapter_answers_the_gateway_and_rollback_restores_the_
 
     call = await ask()
     assert (call.upstream_model, call.adapter_version) == (name, name)
-    await sync_to_async(rollback)(project=project)
+    await sync_to_async(rollback)(adapter=adapter)
     call = await ask()
     assert (call.upstream_model, call.adapter_version) == (MODEL, "")

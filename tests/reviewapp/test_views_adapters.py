@@ -5,11 +5,14 @@ answers /v1/models, /v1/load_lora_adapter and chat completions the way vLLM does
 HTTP); the real vLLM deploy is exercised in test_deploy_vllm.py.
 """
 
+import asyncio
+
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from reviewapp.learning.deploy import promote_canary
 from reviewapp.models import (
     Adapter,
     DistillationTarget,
@@ -365,6 +368,51 @@ def test_actions_that_do_not_fit_the_route_are_409(project, trace, alice):
     assert client.post("/p/acme/adapters/1/share/", {"share": "20"}).status_code == 409
     assert client.post("/p/acme/adapters/1/rollback/").status_code == 409
     assert route_of(project) == ("", "", 0)
+
+
+class UpstreamWhileAnotherAdminPromotes(FakeUpstream):
+    """A FAKE model server during whose adapter load another admin promotes a canary, from a
+    thread and database connection of its own, as another web process would."""
+
+    def __init__(self, canary: Adapter):
+        super().__init__()
+        self.canary = canary
+
+    def _promote(self) -> None:
+        try:
+            promote_canary(adapter=self.canary)
+        finally:
+            connection.close()
+
+    async def app(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].endswith("/load_lora_adapter"):
+            await asyncio.to_thread(self._promote)
+        await super().app(scope, receive, send)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_route_that_changed_while_the_adapter_loaded_is_409(project, trace, alice):
+    make_adapter(project, trace, 1)
+    canary = make_adapter(project, trace, 2)
+    ModelRoute.objects.create(project=project, canary="acme-v2", canary_share=10)
+    server = UpstreamWhileAnotherAdminPromotes(canary).start()
+    project.upstream_url = server.url
+    project.save()
+    try:
+        response = logged_in(alice).post("/p/acme/adapters/1/deploy/", {"share": "100"})
+    finally:
+        server.stop()
+    assert response.status_code == 409
+    assert "route changed while acme-v1 was loading" in response.content.decode()
+    assert route_of(project) == ("acme-v2", "", 0)  # the other admin's promotion stands
+
+
+def test_rolling_back_from_a_stale_page_is_409_and_keeps_the_newer_deploy(project, trace, alice):
+    make_adapter(project, trace, 1)
+    ModelRoute.objects.create(project=project, primary="acme-v2", previous_primary="acme-v1")
+    response = logged_in(alice).post("/p/acme/adapters/1/rollback/")
+    assert response.status_code == 409 and "acme-v1 is not serving" in response.content.decode()
+    assert route_of(project) == ("acme-v2", "", 0)
 
 
 def test_an_adapter_the_gate_refused_is_not_deployed(project, trace, alice, fake_model_server):

@@ -1,0 +1,158 @@
+"""Putting an adapter in front of the harness and taking it away: the route's state machine.
+
+A project's ModelRoute changes only here, each change under the row's lock:
+
+    deploy, share 100     the adapter answers every call; the old primary is what rollback restores
+    deploy, share 1-99    the adapter is the canary for that share of calls
+    set_canary_share      the canary's share changes
+    promote_canary        the canary answers every call; the old primary is what rollback restores
+    rollback(adapter)     that adapter's canary is dropped, or as primary it hands back
+
+A refused change raises DeployRefused and changes nothing. Loading on the model servers takes
+seconds, so it happens before the lock; a deploy whose route moved meanwhile is refused rather
+than overwriting that move.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from reviewapp.gateway.routing import forget_cached_routes
+from reviewapp.learning.models import Adapter, ModelRoute
+from reviewapp.lineage import adapter_report
+from reviewapp.models import Project
+from training.deploy import DeployError, canary_request, load_adapter
+
+
+class DeployRefused(DeployError):
+    """The route or the adapter does not allow this change now; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where one adapter stands on its project's route."""
+
+    state: Literal["serving", "canary", "idle"]
+    share: int  # percent of the alias's calls it answers
+    restored_by_rollback: bool = False  # idle, but rolling back the primary brings it back
+
+    @property
+    def label(self) -> str:
+        """The dashboard's word for the state."""
+        if self.state == "serving":
+            return "primary"
+        if self.state == "canary":
+            return "canary"
+        return "previous primary" if self.restored_by_rollback else "not serving"
+
+
+def deployment_of(adapter: Adapter, route: ModelRoute | None) -> Deployment:
+    if route is None:
+        return Deployment("idle", 0)
+    if route.primary == adapter.name:
+        return Deployment("serving", 100 - (route.canary_share if route.canary else 0))
+    if route.canary == adapter.name:
+        return Deployment("canary", route.canary_share)
+    return Deployment("idle", 0, restored_by_rollback=route.previous_primary == adapter.name)
+
+
+def upstreams_for(project: Project) -> list[str]:
+    return [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
+
+
+@contextmanager
+def _locked_route(project: Project) -> Iterator[ModelRoute]:
+    """The route row, locked; saved as the block leaves it unless the block raised."""
+    with transaction.atomic():
+        route, _ = ModelRoute.objects.select_for_update().get_or_create(project=project)
+        yield route
+        route.revision += 1
+        route.updated_at = timezone.now()
+        route.save()
+        transaction.on_commit(forget_cached_routes)
+
+
+def _refuse_deploy(adapter: Adapter, route: ModelRoute | None) -> None:
+    gate = adapter_report(adapter).get("gate") or {}
+    if gate.get("passed") is False:
+        reason = gate.get("reason", "")
+        raise DeployRefused(f"The evaluation gate refused {adapter.name}: {reason}")
+    if deployment_of(adapter, route).state == "serving":
+        raise DeployRefused(f"{adapter.name} already answers the alias.")
+
+
+def _make_primary(route: ModelRoute, name: str) -> None:
+    route.previous_primary = route.primary
+    route.primary, route.canary, route.canary_share = name, "", 0
+
+
+def deploy_adapter(*, adapter: Adapter, share: int = 100, client: httpx.Client | None = None):
+    """Load on every upstream, send a canary request, then route `share`% of the alias to it.
+
+    Raises DeployRefused when the adapter may not serve or the route moved while it loaded,
+    DeployError when a model server did not take it; either way routing is unchanged.
+    """
+    if not 0 < share <= 100:
+        raise ValueError("share must be between 1 and 100")
+    project = adapter.project
+    seen = ModelRoute.objects.filter(project=project).first()
+    _refuse_deploy(adapter, seen)  # before loading: a refused adapter never reaches a server
+    client = client or httpx.Client(timeout=60)
+    urls = upstreams_for(project)
+    load_adapter(client, urls, name=adapter.name, path=adapter.path)
+    for url in urls:
+        canary_request(client, url, model=adapter.name)
+    with _locked_route(project) as route:
+        if route.revision != (seen.revision if seen else 0):
+            raise DeployRefused(
+                f"The route changed while {adapter.name} was loading; look again, then deploy."
+            )
+        _refuse_deploy(adapter, route)
+        if share == 100:
+            _make_primary(route, adapter.name)
+        else:
+            route.canary, route.canary_share = adapter.name, share
+
+
+def _refuse_unless_canary(adapter: Adapter, route: ModelRoute, action: str) -> None:
+    if not route.canary:
+        raise DeployRefused(f"There is no canary to {action}.")
+    if route.canary != adapter.name:
+        raise DeployRefused(f"{adapter.name} is not the canary ({route.canary} is).")
+
+
+def promote_canary(*, adapter: Adapter) -> None:
+    """The canary `adapter` answers every call."""
+    with _locked_route(adapter.project) as route:
+        _refuse_unless_canary(adapter, route, "promote")
+        _make_primary(route, adapter.name)
+
+
+def set_canary_share(*, adapter: Adapter, share: int) -> None:
+    """Send `share`% of the alias to the canary `adapter`."""
+    if not 0 < share < 100:
+        raise ValueError("a canary share is between 1 and 99 percent")
+    with _locked_route(adapter.project) as route:
+        _refuse_unless_canary(adapter, route, "change the share of")
+        route.canary_share = share
+
+
+def rollback(*, adapter: Adapter) -> None:
+    """Take `adapter` off the route: as the canary it is dropped; as the primary it hands the
+    alias back to the previous primary (or the base). Refused when it serves no traffic, so a
+    stale page cannot roll back someone else's deploy."""
+    with _locked_route(adapter.project) as route:
+        if route.canary == adapter.name:
+            route.canary, route.canary_share = "", 0
+        elif route.primary != adapter.name:
+            raise DeployRefused(f"{adapter.name} is not serving traffic.")
+        elif route.canary:
+            raise DeployRefused(f"Promote or roll back the canary {route.canary} first.")
+        else:
+            route.primary, route.previous_primary = route.previous_primary, ""
