@@ -1,6 +1,6 @@
 """Hot-loading an adapter into vLLM: load it on every upstream, then prove it answers.
 
-Plain httpx, no Django: reviewapp/services/deploy.py decides routing around these calls.
+Plain httpx, no Django: reviewapp/learning/deploy.py decides routing around these calls.
 """
 
 import time
