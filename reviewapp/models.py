@@ -30,6 +30,19 @@ class Project(models.Model):
         return self.slug
 
 
+class KeyScope(models.TextChoices):
+    """What an API key may do; a route needs one of the scopes it names (docs/reliability.md)."""
+
+    INGEST = "ingest", "ingest: the gateway, traces, outcomes and end-user feedback"
+    REVIEW = "review", "review: feedback whose corrections are approved targets, new tags, alerts"
+    ADMIN = "admin", "admin: retrain, runs, adapters and export"
+
+
+def default_key_scopes() -> list[str]:
+    """A key made without naming scopes does what a harness needs and cannot change the model."""
+    return [KeyScope.INGEST.value]
+
+
 class ApiKey(models.Model):
     """A machine credential for one project. Only a hash of the secret is stored."""
 
@@ -42,9 +55,13 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    scopes = models.JSONField(default=default_key_scopes)  # KeyScope values
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.project.slug})"
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
 
     @staticmethod
     def new_secret() -> str:
@@ -206,6 +223,14 @@ class Feedback(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     author = models.CharField(max_length=200, blank=True)  # who wrote it, as the API was told
+    # The key that sent it over the API (null: written in the dashboard); `author` is only a claim.
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="feedback"
+    )
+    # False when an API key without the review scope sent it (a harness, an end user): then its
+    # correction, and revisions passing its checks, are proposals a reviewer must approve.
+    # True from the dashboard (reviewers only) and from keys with the review scope.
+    from_reviewer = models.BooleanField(default=False)
     text = models.TextField()
     rating = models.FloatField(null=True, blank=True)
     # A corrected assistant message (OpenAI shape); the strongest training target.

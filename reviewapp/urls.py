@@ -4,7 +4,16 @@ from django.urls import path
 
 from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
-from reviewapp.views import adapters, monitors, projects, queues, traces, training, triage
+from reviewapp.views import (
+    adapters,
+    api_keys,
+    monitors,
+    projects,
+    queues,
+    traces,
+    training,
+    triage,
+)
 
 project = "p/<slug:slug>/"
 
@@ -42,8 +51,8 @@ urlpatterns = [
     ),
     path(f"{project}triage/clusters/", triage.failure_clusters_page, name="failure_clusters"),
     path(f"{project}tags/", projects.tag_list, name="tag_list"),
-    path(f"{project}keys/", projects.api_keys, name="api_keys"),
-    path(f"{project}keys/<int:key_id>/revoke/", projects.api_key_revoke, name="api_key_revoke"),
+    path(f"{project}keys/", api_keys.api_keys, name="api_keys"),
+    path(f"{project}keys/<int:key_id>/revoke/", api_keys.api_key_revoke, name="api_key_revoke"),
     path(f"{project}queues/", queues.queue_list, name="queue_list"),
     path(f"{project}queues/new/", queues.queue_create, name="queue_create"),
     path(f"{project}queues/<int:queue_id>/", queues.queue_detail, name="queue_detail"),

@@ -18,7 +18,25 @@ def other_project(db):
 
 @pytest.fixture
 def api_key(project) -> str:
+    """A harness's key: the ingest scope only, as create_api_key makes by default."""
     return create_api_key(project=project)[1]
+
+
+@pytest.fixture
+def admin_api_key(project) -> str:
+    """An operator's key with every scope: ingests, reviews over the API, retrains, exports."""
+    return create_api_key(project=project, scopes=["ingest", "review", "admin"])[1]
+
+
+@pytest.fixture
+def admin_api(admin_api_key) -> ApiClient:
+    return ApiClient(admin_api_key)
+
+
+@pytest.fixture
+def review_api(project) -> ApiClient:
+    """A review tool's key: its feedback counts as a reviewer's and its tags join the taxonomy."""
+    return ApiClient(create_api_key(project=project, scopes=["ingest", "review"])[1])
 
 
 @pytest.fixture
@@ -34,6 +52,11 @@ def api(api_key) -> ApiClient:
 @pytest.fixture
 def other_api(other_api_key) -> ApiClient:
     return ApiClient(other_api_key)
+
+
+@pytest.fixture
+def other_admin_api(other_project) -> ApiClient:
+    return ApiClient(create_api_key(project=other_project, scopes=["admin"])[1])
 
 
 def make_user(username: str):

@@ -3,7 +3,9 @@
 from django.http import HttpRequest
 from ninja import Router, Schema
 
+from reviewapp.api.auth import requires
 from reviewapp.api.traces import ERRORS
+from reviewapp.models import KeyScope
 from reviewapp.services.alerts import project_alerts
 
 router = Router(tags=["monitors"])
@@ -31,6 +33,7 @@ class AlertsOut(Schema):
     "/alerts",
     response={200: AlertsOut, **ERRORS},
     summary="Pothole alerts: environment changes between model versions, with evidence links",
+    **requires(KeyScope.REVIEW, KeyScope.ADMIN),
 )
 def list_alerts(request: HttpRequest):
     alerts = []

@@ -5,12 +5,14 @@ from ninja import NinjaAPI
 from reviewapp.api import alerts, export, otel, runs, traces
 from reviewapp.api.auth import ProjectKeyAuth
 from reviewapp.api.errors import StrictJsonParser, install_error_handlers
+from reviewapp.models import KeyScope
 
 api = NinjaAPI(
     title="Apprentice API",
     version="1",
     description="Record agent traces, pin feedback to them, and retrain the model from it.",
-    auth=ProjectKeyAuth(),
+    # Each route names its scopes (auth.requires); one that forgets is for admin keys only.
+    auth=ProjectKeyAuth(KeyScope.ADMIN),
     parser=StrictJsonParser(),
     urls_namespace="api",
     docs_url="/docs",

@@ -1,4 +1,8 @@
-"""Machine authentication: `Authorization: Bearer <project api key>` resolves to one project."""
+"""Machine authentication: `Authorization: Bearer <project api key>` resolves to one project.
+
+Each route names the key scopes it accepts (`requires`); the check runs here, before the view,
+and the same names are written into the OpenAPI document.
+"""
 
 from datetime import timedelta
 
@@ -6,14 +10,27 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
 
-from reviewapp.models import ApiKey, Project
+from reviewapp.models import ApiKey, KeyScope, Project
 
 # last_used_at is for people reading the keys page; writing it on every request would cost a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-def project_for_api_key(secret: str) -> Project | None:
-    """The project a live key belongs to, or None."""
+class MissingScope(Exception):
+    """A live key without any of the scopes the route needs (403, not 401: the key is valid)."""
+
+    def __init__(self, needed: tuple[str, ...], held: list[str]):
+        self.needed = needed
+        wanted = " or ".join(repr(scope) for scope in needed)
+        super().__init__(
+            f"this API key lacks the {wanted} scope this route needs (it has: "
+            f"{', '.join(held) or 'none'}); a project admin can create a key with it on the "
+            "API keys page or with `manage.py create_api_key <project> --scope <scope>`"
+        )
+
+
+def api_key_for_secret(secret: str) -> ApiKey | None:
+    """The live key with this secret, its project loaded, or None."""
     key = (
         ApiKey.objects.select_related("project")
         .filter(secret_hash=ApiKey.hash_secret(secret), revoked_at__isnull=True)
@@ -24,9 +41,36 @@ def project_for_api_key(secret: str) -> Project | None:
     now = timezone.now()
     if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-    return key.project
+    return key
 
 
 class ProjectKeyAuth(HttpBearer):
+    """`request.auth` becomes the key's project and `request.api_key` the key."""
+
+    def __init__(self, *scopes: str):
+        super().__init__()
+        self.scopes = scopes
+
     def authenticate(self, request: HttpRequest, token: str) -> Project | None:
-        return project_for_api_key(token)
+        key = api_key_for_secret(token)
+        if key is None:
+            return None
+        if not any(key.has_scope(scope) for scope in self.scopes):
+            raise MissingScope(self.scopes, key.scopes)
+        request.api_key = key
+        return key.project
+
+
+def requires(*scopes: KeyScope, openapi_extra: dict | None = None) -> dict:
+    """A route's keyword arguments: a key with any of `scopes` may call it, and its OpenAPI
+    operation says so (description and `x-required-scopes`)."""
+    names = [scope.value for scope in scopes]
+    wording = " or ".join(f"`{name}`" for name in names)
+    return {
+        "auth": ProjectKeyAuth(*names),
+        "description": f"Needs an API key with the {wording} scope.",
+        "openapi_extra": {
+            "x-required-scopes": names,
+            **(openapi_extra or {}),
+        },
+    }

@@ -11,6 +11,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from reviewapp.api.auth import MissingScope
 from reviewapp.api.limits import body_too_large
 from reviewapp.ingest.chat import field_path
 
@@ -71,6 +72,15 @@ def install_error_handlers(api: NinjaAPI) -> None:
             401, "send a live project API key as 'Authorization: Bearer <key>'", "unauthorized"
         )
         response["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @api.exception_handler(MissingScope)
+    def missing_scope(request: HttpRequest, exc: MissingScope) -> HttpResponse:
+        response = error_response(403, str(exc), "insufficient_scope")
+        # RFC 6750's name for it, so OAuth-aware clients recognise the refusal
+        response["WWW-Authenticate"] = (
+            f'Bearer error="insufficient_scope", scope="{" ".join(exc.needed)}"'
+        )
         return response
 
     @api.exception_handler(Http404)

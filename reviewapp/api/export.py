@@ -8,8 +8,9 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
+from reviewapp.api.auth import requires
 from reviewapp.api.traces import ERRORS
-from reviewapp.models import Feedback, Project, Trace, TraceSource, TraceTag
+from reviewapp.models import Feedback, KeyScope, Project, Trace, TraceSource, TraceTag
 from reviewapp.services.dataset import TrainingSet, build_training_set
 from reviewapp.services.monitors import FAILURE_TERMINATIONS
 
@@ -82,6 +83,7 @@ def _export_lines(
     "/export.jsonl",
     response={200: None, **ERRORS},
     summary="Reviewed data as OpenAI fine-tuning JSONL",
+    **requires(KeyScope.ADMIN),
 )
 def export_jsonl(request: HttpRequest, filters: Query[ExportFilters]):
     if filters.include not in ("learned", "reviewed"):

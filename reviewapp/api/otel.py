@@ -5,10 +5,11 @@ from ninja import Router, Status
 from ninja.errors import HttpError
 
 from reviewapp.api import schemas
+from reviewapp.api.auth import requires
 from reviewapp.api.errors import InvalidJson, StrictJsonParser
 from reviewapp.api.traces import ERRORS
 from reviewapp.ingest.otel import OtlpError, traces_from_otlp
-from reviewapp.models import TraceSource
+from reviewapp.models import KeyScope, TraceSource
 from reviewapp.services.ingest import ingest_traces
 
 router = Router(tags=["opentelemetry"])
@@ -19,12 +20,15 @@ router = Router(tags=["opentelemetry"])
     response={207: schemas.BatchResultOut, **ERRORS},
     summary="Receive OTLP/HTTP JSON spans (GenAI conventions)",
     exclude_none=True,
-    openapi_extra={
-        "requestBody": {
-            "content": {"application/json": {"schema": {"type": "object"}}},
-            "description": "an OTLP ExportTraceServiceRequest in its JSON mapping",
-        }
-    },
+    **requires(
+        KeyScope.INGEST,
+        openapi_extra={
+            "requestBody": {
+                "content": {"application/json": {"schema": {"type": "object"}}},
+                "description": "an OTLP ExportTraceServiceRequest in its JSON mapping",
+            }
+        },
+    ),
 )
 def post_otlp_traces(request: HttpRequest):
     if request.content_type == "application/x-protobuf":
@@ -39,5 +43,10 @@ def post_otlp_traces(request: HttpRequest):
         items = traces_from_otlp(payload)
     except OtlpError as error:
         raise HttpError(422, str(error)) from None
-    results = ingest_traces(project=request.auth, raw_items=items, source=TraceSource.OTEL)
+    results = ingest_traces(
+        project=request.auth,
+        raw_items=items,
+        source=TraceSource.OTEL,
+        create_tags=request.api_key.has_scope(KeyScope.REVIEW),
+    )
     return Status(207, {"results": [result.as_json() for result in results]})

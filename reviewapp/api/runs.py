@@ -7,10 +7,11 @@ from django.http import Http404, HttpRequest
 from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
+from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ErrorOut
 from reviewapp.api.traces import ERRORS
 from reviewapp.learning.deploy import deployment_of
-from reviewapp.models import Adapter, ModelRoute, Project, TrainingRun
+from reviewapp.models import Adapter, KeyScope, ModelRoute, Project, TrainingRun
 from reviewapp.services.training import RetrainError, fail_stale_runs, start_retrain
 
 router = Router(tags=["training"])
@@ -64,7 +65,12 @@ def _get_run_for_project(project: Project, run_id: int) -> TrainingRun:
     return run
 
 
-@router.post("/runs", response={202: RunCreatedOut, 409: ErrorOut, **ERRORS}, summary="Retrain")
+@router.post(
+    "/runs",
+    response={202: RunCreatedOut, 409: ErrorOut, **ERRORS},
+    summary="Retrain",
+    **requires(KeyScope.ADMIN),
+)
 def post_run(request: HttpRequest, payload: RunIn | None = None):
     try:
         run = start_retrain(project=request.auth, mode=(payload or RunIn()).mode)
@@ -74,7 +80,12 @@ def post_run(request: HttpRequest, payload: RunIn | None = None):
     return Status(202, {"id": run.pk})
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="A run's state")
+@router.get(
+    "/runs/{run_id}",
+    response={200: RunOut, **ERRORS},
+    summary="A run's state",
+    **requires(KeyScope.ADMIN),
+)
 def get_run(request: HttpRequest, run_id: int):
     fail_stale_runs(project=request.auth)
     run = _get_run_for_project(request.auth, run_id)
@@ -94,7 +105,12 @@ def get_run(request: HttpRequest, run_id: int):
     }
 
 
-@router.get("/adapters", response={200: AdapterListOut, **ERRORS}, summary="Adapter versions")
+@router.get(
+    "/adapters",
+    response={200: AdapterListOut, **ERRORS},
+    summary="Adapter versions",
+    **requires(KeyScope.ADMIN),
+)
 def list_adapters(request: HttpRequest):
     route = ModelRoute.objects.filter(project=request.auth).first()
     adapters = Adapter.objects.filter(project=request.auth).order_by("-version")

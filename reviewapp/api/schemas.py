@@ -67,6 +67,9 @@ class FeedbackOut(Schema):
     correction: dict[str, Any] | None
     checks: list[dict[str, Any]]
     status: str
+    # False: sent by a key without the review scope, so its targets wait for a reviewer
+    from_reviewer: bool
+    api_key: str | None  # the prefix of the key that sent it; `author` is what that key claimed
     created_at: datetime
 
 

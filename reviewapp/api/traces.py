@@ -10,9 +10,10 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from reviewapp.api import schemas
+from reviewapp.api.auth import requires
 from reviewapp.ingest.chat import text_problem
 from reviewapp.lineage import adapters_by_feedback
-from reviewapp.models import Feedback, Project, Trace, TraceSource, TraceTag
+from reviewapp.models import Feedback, KeyScope, Project, Trace, TraceSource, TraceTag
 from reviewapp.services.feedback import (
     FeedbackError,
     delete_feedback,
@@ -26,6 +27,7 @@ router = Router(tags=["traces"])
 ERRORS = {
     400: schemas.ErrorOut,
     401: schemas.ErrorOut,
+    403: schemas.ErrorOut,
     404: schemas.ErrorOut,
     413: schemas.ErrorOut,
     422: schemas.ErrorOut,
@@ -83,6 +85,8 @@ def _feedback_json(feedback: Feedback) -> dict:
         "correction": feedback.correction,
         "checks": feedback.checks,
         "status": feedback.status,
+        "from_reviewer": feedback.from_reviewer,
+        "api_key": feedback.api_key.prefix if feedback.api_key else None,
         "created_at": feedback.created_at,
     }
 
@@ -92,12 +96,19 @@ def _feedback_json(feedback: Feedback) -> dict:
     response={207: schemas.BatchResultOut, **ERRORS},
     summary="Ingest a batch of traces (idempotent on external_id)",
     exclude_none=True,
+    **requires(KeyScope.INGEST),
 )
 def post_traces(request: HttpRequest, batch: schemas.TraceBatchIn):
     limit = settings.INGEST_MAX_TRACES_PER_BATCH
     if len(batch.traces) > limit:
         raise HttpError(413, f"{len(batch.traces)} traces is over the limit of {limit} per batch")
-    results = ingest_traces(project=request.auth, raw_items=batch.traces, source=TraceSource.API)
+    results = ingest_traces(
+        project=request.auth,
+        raw_items=batch.traces,
+        source=TraceSource.API,
+        # The taxonomy is the reviewers': other keys may apply its tags, not add to it.
+        create_tags=request.api_key.has_scope(KeyScope.REVIEW),
+    )
     return Status(207, {"results": [result.as_json() for result in results]})
 
 
@@ -119,7 +130,12 @@ def _encode_cursor(trace_id: int) -> str:
     return base64.urlsafe_b64encode(str(trace_id).encode()).decode()
 
 
-@router.get("/traces", response={200: schemas.TraceListOut, **ERRORS}, summary="List traces")
+@router.get(
+    "/traces",
+    response={200: schemas.TraceListOut, **ERRORS},
+    summary="List traces",
+    **requires(KeyScope.INGEST, KeyScope.REVIEW),
+)
 def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
     if not 1 <= filters.limit <= 500:
         raise HttpError(422, "limit: must be between 1 and 500")
@@ -151,12 +167,13 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
     "/traces/{external_id}",
     response={200: schemas.TraceOut, **ERRORS},
     summary="One trace as stored, with its review state",
+    **requires(KeyScope.INGEST, KeyScope.REVIEW),
 )
 def get_trace(request: HttpRequest, external_id: str):
     trace = _get_trace_for_project(request.auth, external_id)
     body = trace.body_json()
     tags = sorted(set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True)))
-    feedback_rows = list(trace.feedback.order_by("id"))
+    feedback_rows = list(trace.feedback.select_related("api_key").order_by("id"))
     learned_by = adapters_by_feedback([item.pk for item in feedback_rows])
     feedback = [
         {**_feedback_json(item), "adapters": [a.name for a in learned_by.get(item.pk, [])]}
@@ -188,6 +205,7 @@ def get_trace(request: HttpRequest, external_id: str):
     "/traces/{external_id}/feedback",
     response={200: schemas.FeedbackOut, 201: schemas.FeedbackOut, **ERRORS},
     summary="Pin written feedback to a trace, a turn or a tool call",
+    **requires(KeyScope.INGEST, KeyScope.REVIEW),
 )
 def post_feedback(request: HttpRequest, external_id: str, payload: schemas.FeedbackIn):
     trace = _get_trace_for_project(request.auth, external_id)
@@ -202,6 +220,7 @@ def post_feedback(request: HttpRequest, external_id: str, payload: schemas.Feedb
             author=payload.author or "api",
             correction=payload.correction,
             checks=[check.dict() for check in payload.checks],
+            api_key=request.api_key,
         )
     except FeedbackError as error:
         raise HttpError(422, str(error)) from None
@@ -212,6 +231,7 @@ def post_feedback(request: HttpRequest, external_id: str, payload: schemas.Feedb
     "/traces/{external_id}/feedback/{feedback_id}",
     response={200: schemas.FeedbackOut, 204: None, **ERRORS},
     summary="Delete feedback sent over the API; feedback an adapter learned from is dismissed",
+    **requires(KeyScope.INGEST, KeyScope.REVIEW),
 )
 def delete_feedback_by_api(request: HttpRequest, external_id: str, feedback_id: int):
     """204 when deleted; 200 with status `dismissed` when a run used its targets (the adapter's
@@ -229,6 +249,7 @@ def delete_feedback_by_api(request: HttpRequest, external_id: str, feedback_id: 
     "/traces/{external_id}/outcome",
     response={200: schemas.TraceSummaryOut, **ERRORS},
     summary="Record the reward, success or termination of a trace",
+    **requires(KeyScope.INGEST),
 )
 def post_outcome(request: HttpRequest, external_id: str, payload: schemas.OutcomeIn):
     trace = _get_trace_for_project(request.auth, external_id)

@@ -12,10 +12,12 @@ from pydantic import ValidationError
 
 from reviewapp.ingest.chat import Message, describe_validation_error
 from reviewapp.models import (
+    ApiKey,
     CopiedFeedback,
     DistillationTarget,
     Feedback,
     FeedbackStatus,
+    KeyScope,
     Trace,
 )
 from reviewapp.services.similarity import similarity_between
@@ -120,8 +122,13 @@ def record_feedback(
     correction: dict | None = None,
     checks: list[dict] | None = None,
     reviewer=None,
+    api_key: ApiKey | None = None,
 ) -> tuple[Feedback, bool]:
-    """Validate feedback against its trace and store it once; returns (feedback, created)."""
+    """Validate feedback against its trace and store it once; returns (feedback, created).
+
+    `api_key`: the key that sent it over the API. Without the review scope its feedback is not
+    from a reviewer, whatever `author` says, and its targets wait for a reviewer's approval.
+    """
     if len(text) > MAX_FEEDBACK_TEXT_LENGTH:
         raise FeedbackError(
             f"text: {len(text)} characters is over the limit of {MAX_FEEDBACK_TEXT_LENGTH}; "
@@ -162,6 +169,8 @@ def record_feedback(
                 tool_call_id=tool_call_id,
                 author=author,
                 reviewer=reviewer,
+                api_key=api_key,
+                from_reviewer=api_key is None or api_key.has_scope(KeyScope.REVIEW),
                 text=text,
                 rating=rating,
                 correction=correction,

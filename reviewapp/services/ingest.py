@@ -81,9 +81,17 @@ def _trace_row(*, project: Project, entry: _Accepted, source: str) -> Trace:
 
 
 def ingest_traces(
-    *, project: Project, raw_items: list[Any], source: str = TraceSource.API
+    *,
+    project: Project,
+    raw_items: list[Any],
+    source: str = TraceSource.API,
+    create_tags: bool = True,
 ) -> list[ItemResult]:
-    """Validate and store a batch; one result per item, in order. Good items land beside bad."""
+    """Validate and store a batch; one result per item, in order. Good items land beside bad.
+
+    `create_tags=False`: a trace's tags apply only where the taxonomy has them; the others are
+    named in its result's warnings.
+    """
     results: list[ItemResult | None] = [None] * len(raw_items)
     accepted: dict[str, _Accepted] = {}
     for position, raw in enumerate(raw_items):
@@ -106,9 +114,31 @@ def ingest_traces(
         accepted[item.external_id] = _Accepted(position, item, raw, content_hash)
         results[position] = ItemResult(item.external_id, 201, warnings=warnings)
 
+    if accepted and not create_tags:
+        _warn_unknown_tags(project=project, accepted=accepted, results=results)
     if accepted:
-        _store(project=project, accepted=accepted, results=results, source=source)
+        _store(
+            project=project,
+            accepted=accepted,
+            results=results,
+            source=source,
+            create_tags=create_tags,
+        )
     return [result for result in results if result is not None]
+
+
+def _warn_unknown_tags(
+    *, project: Project, accepted: dict[str, _Accepted], results: list[ItemResult | None]
+) -> None:
+    names = {name for entry in accepted.values() for name in entry.item.tags}
+    known = set(Tag.objects.filter(project=project, name__in=names).values_list("name", flat=True))
+    for entry in accepted.values():
+        for name in entry.item.tags:
+            if name not in known:
+                results[entry.position].warnings.append(
+                    f"tag {name!r} is not in the project's taxonomy and was not applied "
+                    "(only a key with the review scope adds tags)"
+                )
 
 
 def _duplicate_result(external_id: str, same_content: bool, warnings: list[str]) -> ItemResult:
@@ -129,6 +159,7 @@ def _store(
     accepted: dict[str, _Accepted],
     results: list[ItemResult | None],
     source: str,
+    create_tags: bool,
 ) -> None:
     stored = dict(
         Trace.objects.filter(project=project, external_id__in=list(accepted)).values_list(
@@ -155,7 +186,7 @@ def _store(
     )
     tagged = [entry for entry in new if entry.item.tags]
     if tagged:
-        _tag_new_traces(project=project, tagged=tagged)
+        _tag_new_traces(project=project, tagged=tagged, create_tags=create_tags)
     after_traces_changed(
         list(
             Trace.objects.filter(
@@ -165,11 +196,12 @@ def _store(
     )
 
 
-def _tag_new_traces(*, project: Project, tagged: list[_Accepted]) -> None:
+def _tag_new_traces(*, project: Project, tagged: list[_Accepted], create_tags: bool) -> None:
     names = {name for entry in tagged for name in entry.item.tags}
-    Tag.objects.bulk_create(
-        [Tag(project=project, name=name) for name in names], ignore_conflicts=True
-    )
+    if create_tags:
+        Tag.objects.bulk_create(
+            [Tag(project=project, name=name) for name in names], ignore_conflicts=True
+        )
     tag_ids = dict(Tag.objects.filter(project=project, name__in=names).values_list("name", "id"))
     trace_ids = dict(
         Trace.objects.filter(
@@ -181,6 +213,7 @@ def _tag_new_traces(*, project: Project, tagged: list[_Accepted]) -> None:
             TraceTag(trace_id=trace_ids[entry.item.external_id], tag_id=tag_ids[name])
             for entry in tagged
             for name in entry.item.tags
+            if name in tag_ids
         ],
         ignore_conflicts=True,
     )

@@ -1,9 +1,11 @@
 """Projects and their API keys."""
 
+from collections.abc import Iterable
+
 from django.db import transaction
 from django.utils import timezone
 
-from reviewapp.models import ApiKey, Project
+from reviewapp.models import ApiKey, KeyScope, Project
 
 
 @transaction.atomic
@@ -18,14 +20,27 @@ def create_project(
     return project
 
 
-def create_api_key(*, project: Project, name: str = "") -> tuple[ApiKey, str]:
-    """Store a new key's hash; the secret is returned once and never again."""
+def create_api_key(
+    *, project: Project, name: str = "", scopes: Iterable[str] = (KeyScope.INGEST,)
+) -> tuple[ApiKey, str]:
+    """Store a new key's hash; the secret is returned once and never again.
+
+    The default scope, ingest, is what a harness needs; review and admin keys can change the model.
+    """
+    scopes = sorted({str(scope) for scope in scopes})
+    unknown = set(scopes) - set(KeyScope.values)
+    if unknown or not scopes:
+        raise ValueError(
+            f"scopes: {', '.join(sorted(unknown)) or 'none given'}; choose from "
+            f"{', '.join(KeyScope.values)}"
+        )
     secret = ApiKey.new_secret()
     key = ApiKey.objects.create(
         project=project,
         name=name,
         prefix=secret[: ApiKey.PREFIX_LENGTH],
         secret_hash=ApiKey.hash_secret(secret),
+        scopes=scopes,
     )
     return key, secret
 

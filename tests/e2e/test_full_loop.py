@@ -178,7 +178,9 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         "gate": {"max_regression_failures": 2},
     }
     project.save()
-    key = create_api_key(project=project)[1]
+    # The harness and the reviewer's script share it here: the review scope makes its feedback
+    # a reviewer's, as when the test writes it in the dashboard.
+    key = create_api_key(project=project, scopes=["ingest", "review", "admin"])[1]
     gateway = web_and_worker
     api = httpx.Client(
         base_url=gateway.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}

@@ -416,7 +416,8 @@ def project_key(private_postgres) -> str:
         [sys.executable, "-c",
          "import django; django.setup()\n"
          "from reviewapp.services.projects import create_api_key, create_project\n"
-         f"print(create_api_key(project=create_project(slug='{PROJECT_SLUG}'))[1])"],
+         f"print(create_api_key(project=create_project(slug='{PROJECT_SLUG}'), "
+         "scopes=['ingest', 'admin'])[1])"],
         cwd=REPO_ROOT, env=environment, check=True, timeout=120, capture_output=True, text=True,
     )  # fmt: skip
     return created.stdout.strip().splitlines()[-1]

@@ -15,20 +15,20 @@ def lines(response) -> list[dict]:
     return [orjson.loads(line) for line in body.splitlines()]
 
 
-def test_a_correction_exports_the_context_and_the_corrected_turn(api, project):
+def test_a_correction_exports_the_context_and_the_corrected_turn(admin_api, project):
     ingest_traces(project=project, raw_items=[make_trace("t-1"), make_trace("t-2")])
     trace = project.traces.get(external_id="t-1")
     record_feedback(
         trace=trace, text="Lead with the number.", turn=4,
         correction={"role": "assistant", "content": "84."},
     )  # fmt: skip
-    [line] = lines(api.get(URL))
+    [line] = lines(admin_api.get(URL))
     assert line["messages"][-1] == {"role": "assistant", "content": "84."}
     assert line["messages"][:-1] == make_trace("t-1")["messages"][:4]
     assert line["tools"][0]["function"]["name"] == "calculator"
 
 
-def test_reviewed_successes_are_exported_when_asked(api, project, django_user_model):
+def test_reviewed_successes_are_exported_when_asked(admin_api, project, django_user_model):
     ingest_traces(project=project, raw_items=[make_trace("good"), make_trace("unreviewed")])
     reviewer = django_user_model.objects.create_user("rita")
     Membership.objects.create(project=project, user=reviewer, role="reviewer")
@@ -36,20 +36,20 @@ def test_reviewed_successes_are_exported_when_asked(api, project, django_user_mo
     TraceTag.objects.create(
         trace=project.traces.get(external_id="good"), tag=tag, reviewer=reviewer
     )
-    assert lines(api.get(URL)) == []
-    [line] = lines(api.get(URL, include="reviewed"))
+    assert lines(admin_api.get(URL)) == []
+    [line] = lines(admin_api.get(URL, include="reviewed"))
     assert line["messages"] == make_trace("good")["messages"]
 
 
-def test_export_is_scoped_to_the_keys_project(api, other_api, project):
+def test_export_is_scoped_to_the_keys_project(admin_api, other_admin_api, project):
     ingest_traces(project=project, raw_items=[make_trace("t-1")])
     trace = project.traces.get()
     record_feedback(trace=trace, text="x", turn=4, correction={"content": "84."})
-    assert len(lines(api.get(URL))) == 1
-    assert lines(other_api.get(URL)) == []
+    assert len(lines(admin_api.get(URL))) == 1
+    assert lines(other_admin_api.get(URL)) == []
 
 
-def test_an_unknown_include_is_422(api):
-    response = api.get(URL, include="everything")
+def test_an_unknown_include_is_422(admin_api):
+    response = admin_api.get(URL, include="everything")
     assert response.status_code == 422
     assert "include" in response.json()["detail"]

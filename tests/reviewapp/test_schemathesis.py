@@ -20,7 +20,7 @@ TIME_BUDGET_S = 40
 
 def test_no_generated_request_gets_a_server_error(live_server, transactional_db, tmp_path):
     project = create_project(slug="acme")
-    _, key = create_api_key(project=project)
+    _, key = create_api_key(project=project, scopes=["ingest", "review", "admin"])
     # A stored trace, so generated requests about "t-1" reach past the 404.
     ingest_traces(project=project, raw_items=[make_trace("t-1")])
     schemathesis = Path(sys.executable).with_name("schemathesis")

@@ -40,7 +40,9 @@ def test_a_reviewer_reads_but_cannot_change_the_taxonomy(bob, project):
 
 def test_an_admin_creates_a_key_that_is_shown_once_and_works(alice, project):
     client = logged_in(alice)
-    html = client.post("/p/acme/keys/", {"name": "harness"}).content.decode()
+    html = client.post(
+        "/p/acme/keys/", {"name": "harness", "scopes": ["ingest"]}, follow=True
+    ).content.decode()
     secret = html.split('id="new-secret">')[1].split("<")[0]
     assert ApiClient(secret).get("/api/v1/traces").status_code == 200
     assert secret not in client.get("/p/acme/keys/").content.decode()
