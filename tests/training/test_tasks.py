@@ -1,10 +1,15 @@
 """The Celery tasks end to end on a tiny model saved to disk, against the real database."""
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
+from reviewapp.learning.retrain import checkpoint_dir
+from reviewapp.learning.runs import TransitionRefused, claim, move, start_retrain
+from reviewapp.learning.tasks import run_training
 from reviewapp.models import (
     Adapter,
     DistillationTarget,
@@ -15,9 +20,10 @@ from reviewapp.models import (
 )
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.learning.runs import start_retrain
 from tests.fake_upstream import free_port
-from reviewapp.learning.tasks import run_training
+from training.config import TrainingConfig
+from training.eval_sets import GENERAL_REGRESSION_PROMPTS, REPLAY_PROMPTS
+from training.trainer import Example, add_lora, load_base_model, train
 
 CONVERSATION = [
     {"role": "user", "content": "what is the capital of france ?"},
@@ -38,8 +44,9 @@ def approved(project, tiny_base, settings, tmp_path):
     settings.ADAPTERS_DIR = tmp_path / "adapters"
     project.base_model = str(tiny_base)
     project.settings = {
-        "training": {"epochs": 2, "per_device_batch_size": 2, "max_seq_len": 64},
-        # A tiny random model fixes nothing; these tests are about the run's mechanics.
+        # Two updates (min_steps 1): a tiny random model fixes nothing in them, and these tests
+        # are about the run's mechanics.
+        "training": {"epochs": 2, "min_steps": 1, "per_device_batch_size": 2, "max_seq_len": 64},
         "gate": {"min_fixed_fraction": 0},
         "auto_deploy": False,
     }
@@ -106,7 +113,7 @@ def test_a_gate_the_adapter_does_not_pass_stops_the_deploy(project, approved):
     project.settings = {**project.settings, "gate": {"min_fixed_fraction": 1}}
     project.save()
     run = start_retrain(project=project)
-    assert run_training(run.pk) == "gate failed"
+    assert run_training(run.pk) == RunStatus.GATE_FAILED
     run.refresh_from_db()
     assert run.status == RunStatus.GATE_FAILED
     assert "the gate asks for 100%" in run.error
@@ -121,7 +128,7 @@ def test_a_model_server_that_is_down_ends_the_run_deploy_failed_with_routing_unc
     project.save()
     ModelRoute.objects.create(project=project, primary="acme-v0")
     run = start_retrain(project=project)
-    assert run_training(run.pk) == "deploy failed"
+    assert run_training(run.pk) == RunStatus.DEPLOY_FAILED
     run.refresh_from_db()
     assert run.status == RunStatus.DEPLOY_FAILED
     assert "routing unchanged" in run.error
@@ -178,7 +185,7 @@ def test_the_gate_sees_held_out_feedback_regression_prompts_and_good_traces(proj
     assert held_out["feedback_id"] not in {item["feedback_id"] for item in metrics["items"]}
     assert len(metrics["items"]) == 4  # one row per trained feedback item, not per target
     sources = [item["source"] for item in metrics["regression"]["items"]]
-    assert sources.count("general") == 8
+    assert sources.count("general") == len(GENERAL_REGRESSION_PROMPTS)
     [good] = [item for item in metrics["regression"]["items"] if item["source"] == "trace"]
     assert good["trace_id"] == project.traces.get(external_id="went-well").pk
     assert good["drift"] >= 0
@@ -187,3 +194,96 @@ def test_the_gate_sees_held_out_feedback_regression_prompts_and_good_traces(proj
     lineage = json.loads((Path(adapter.path) / "lineage.json").read_text())
     assert held_out["target_id"] not in lineage["target_ids"]
     assert len(lineage["target_ids"]) == 4
+
+
+def test_a_run_failed_meanwhile_is_never_overwritten_as_deployed(project, approved):
+    run = start_retrain(project=project)
+    TrainingRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+
+    with pytest.raises(TransitionRefused):
+        move(run.pk, source=RunStatus.DEPLOYING, target=RunStatus.DEPLOYED)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+
+
+def test_a_move_that_is_not_a_transition_is_a_programming_error(project, approved):
+    run = start_retrain(project=project)
+
+    with pytest.raises(ValueError, match="queued -> deployed is not a run transition"):
+        move(run.pk, source=RunStatus.QUEUED, target=RunStatus.DEPLOYED)
+
+
+def test_the_data_split_is_fixed_when_the_run_is_created(project, approved):
+    run = start_retrain(project=project)
+
+    assert run.data_split["train_target_ids"] == [approved.pk]
+    assert run.data_split["held_out_feedback_ids"] == []
+    assert run.data_split["replay"]["general_prompts"] == len(REPLAY_PROMPTS)
+
+
+def test_a_redelivered_run_whose_worker_died_resumes_from_its_checkpoint(
+    project, approved, tiny_base
+):
+    project.settings = {
+        **project.settings,
+        "training": {**project.settings["training"], "min_steps": 6, "save_every_steps": 2},
+    }
+    project.save()
+    run = start_retrain(project=project)
+    config = TrainingConfig.from_json(json.dumps(run.config))
+    # The first worker trained 2 of 6 steps, wrote its checkpoint and died.
+    model, tokenizer = load_base_model(tiny_base, config)
+    model = add_lora(model, config)
+    example = Example(approved.student_context, approved.target)
+    stop_after_two = iter([False, False, True])
+    first = train(
+        model,
+        tokenizer,
+        config,
+        examples=[example],
+        checkpoint_dir=checkpoint_dir(run),
+        should_stop=lambda: next(stop_after_two),
+    )
+    assert (first.steps, [path.name for path in first.checkpoints]) == (2, ["step-000002"])
+    TrainingRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.TRAINING,
+        attempts=1,
+        heartbeat_at=timezone.now() - timedelta(hours=1),
+    )
+
+    assert run_training(run.pk) == RunStatus.TRAINED
+
+    run.refresh_from_db()
+    assert run.attempts == 2
+    assert run.metrics["train"]["steps"] == 6
+    # The resumed run's curve starts with the dead worker's two steps, not a fresh start.
+    assert run.loss_curve[:2] == pytest.approx([round(loss, 5) for loss in first.loss_curve])
+
+
+def test_a_live_run_is_not_taken_over_by_a_second_delivery(project, approved):
+    run = start_retrain(project=project)
+    TrainingRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.TRAINING, heartbeat_at=timezone.now(), attempts=1
+    )
+
+    assert claim(run.pk) is None
+
+
+@pytest.mark.parametrize("weight", [0.0, 2.0])
+def test_the_forgetting_guard_trains_on_the_replay_set(project, approved, weight):
+    project.settings = {
+        **project.settings,
+        "training": {**project.settings["training"], "base_kl_weight": weight},
+    }
+    project.save()
+    run = start_retrain(project=project)
+
+    run_training(run.pk)
+
+    run.refresh_from_db()
+    assert run.metrics["train"]["replay_examples"] > 0
+    # The guard's KL is part of each step's loss: with it on, the student's loss includes
+    # the replay set's tokens (more tokens per step), with it off only the target's.
+    tokens_per_step = run.metrics["train"]["tokens"] / run.metrics["train"]["steps"]
+    assert (tokens_per_step > 20) is (weight > 0)
