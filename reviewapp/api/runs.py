@@ -12,7 +12,7 @@ from reviewapp.api.schemas import ErrorOut
 from reviewapp.api.traces import ERRORS
 from reviewapp.learning.deploy import deployment_of
 from reviewapp.models import Adapter, KeyScope, ModelRoute, Project, TrainingRun
-from reviewapp.services.training import RetrainError, fail_stale_runs, start_retrain
+from reviewapp.learning.runs import RetrainError, is_presumed_dead, start_retrain
 
 router = Router(tags=["training"])
 
@@ -37,6 +37,8 @@ class RunOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # Active, but its worker stopped reporting: a starting worker takes it over.
+    worker_lost: bool
 
 
 class DeploymentOut(Schema):
@@ -87,7 +89,6 @@ def post_run(request: HttpRequest, payload: RunIn | None = None):
     **requires(KeyScope.ADMIN),
 )
 def get_run(request: HttpRequest, run_id: int):
-    fail_stale_runs(project=request.auth)
     run = _get_run_for_project(request.auth, run_id)
     adapter = Adapter.objects.filter(run=run).first()
     return {
@@ -102,6 +103,7 @@ def get_run(request: HttpRequest, run_id: int):
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
+        "worker_lost": is_presumed_dead(run),
     }
 
 

@@ -61,7 +61,9 @@ def test_run_state_is_readable_and_scoped(admin_api, other_admin_api, approved_t
     assert other_admin_api.get(f"/api/v1/runs/{run_id}").status_code == 404
 
 
-def test_a_run_whose_worker_vanished_is_failed_not_left_running(admin_api, approved_target):
+def test_a_run_whose_worker_vanished_is_reported_and_a_poll_writes_nothing(
+    admin_api, approved_target
+):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -71,6 +73,22 @@ def test_a_run_whose_worker_vanished_is_failed_not_left_running(admin_api, appro
     TrainingRun.objects.filter(pk=run_id).update(
         status=RunStatus.TRAINING, started_at=long_ago, heartbeat_at=long_ago
     )
+    body = admin_api.get(f"/api/v1/runs/{run_id}").json()
+    assert (body["status"], body["worker_lost"]) == ("training", True)
+    assert TrainingRun.objects.get(pk=run_id).heartbeat_at == long_ago
+
+
+def test_a_new_retrain_fails_a_run_whose_worker_vanished(admin_api, approved_target):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run_id = admin_api.post("/api/v1/runs", {}).json()["id"]
+    long_ago = timezone.now() - timedelta(hours=1)
+    TrainingRun.objects.filter(pk=run_id).update(
+        status=RunStatus.TRAINING, started_at=long_ago, heartbeat_at=long_ago
+    )
+    assert admin_api.post("/api/v1/runs", {}).status_code == 202
     body = admin_api.get(f"/api/v1/runs/{run_id}").json()
     assert body["status"] == "failed"
     assert "stopped reporting" in body["error"]
