@@ -26,7 +26,6 @@ from reviewapp.models import Adapter, ModelRoute
 from reviewapp.views.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
-    projects_for_user,
 )
 
 # A hot-load answers in well under a second; a server that takes longer than this per call is
@@ -57,7 +56,6 @@ def _base_context(request: HttpRequest, membership) -> dict:
     return {
         "membership": membership,
         "project": membership.project,
-        "projects": projects_for_user(request.user),
         "route": ModelRoute.objects.filter(project=membership.project).first(),
     }
 

@@ -27,7 +27,6 @@ from reviewapp.services.monitors import GroupStats, Monitor, compute_monitor, ev
 from reviewapp.views.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
-    projects_for_user,
 )
 
 ALERT_COUNT_SECONDS = 60  # the nav's alert count is recomputed at most this often per project
@@ -56,12 +55,8 @@ class Cell:
     url: str = ""
 
 
-def _base_context(request: HttpRequest, membership) -> dict:
-    return {
-        "membership": membership,
-        "project": membership.project,
-        "projects": projects_for_user(request.user),
-    }
+def _base_context(membership) -> dict:
+    return {"membership": membership, "project": membership.project}
 
 
 def _policy(project: Project) -> tuple[DataPolicy, str]:
@@ -180,7 +175,7 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
     if filters.get("since"):  # the implicit one of hourly buckets too
         page_filters["since"] = [filters["since"].isoformat()]
     context = {
-        **_base_context(request, membership),
+        **_base_context(membership),
         "form": form,
         "monitor": monitor,
         "alerts": alerts_from_monitor(
@@ -228,7 +223,7 @@ def dataset(request: HttpRequest, slug: str) -> HttpResponse:
     monitor = compute_monitor(traces=project.traces.all(), read_bodies=False)
     excluded = policy.excluded_terminations()
     context = {
-        **_base_context(request, membership),
+        **_base_context(membership),
         "form": form,
         "policy": policy,
         "policy_error": policy_error,

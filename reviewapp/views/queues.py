@@ -35,7 +35,6 @@ from reviewapp.services.queues import (
 from reviewapp.views.access import (
     get_membership_for_user,
     get_reviewer_membership_for_user,
-    projects_for_user,
 )
 
 # The adjudication list stops here; the agreement numbers still cover every item.
@@ -114,13 +113,8 @@ def _get_workable_queue_for_user(user, slug: str, queue_id: int) -> tuple[Member
     return membership, queue
 
 
-def _page(request: HttpRequest, membership: Membership, **context) -> dict:
-    return {
-        "membership": membership,
-        "project": membership.project,
-        "projects": projects_for_user(request.user),
-        **context,
-    }
+def _page(membership: Membership, **context) -> dict:
+    return {"membership": membership, "project": membership.project, **context}
 
 
 @require_GET
@@ -130,7 +124,7 @@ def queue_list(request: HttpRequest, slug: str) -> HttpResponse:
     queues = with_progress(Queue.objects.filter(project=membership.project)).order_by(
         "-created_at", "-id"
     )
-    return render(request, "queues/list.html", _page(request, membership, queues=queues))
+    return render(request, "queues/list.html", _page(membership, queues=queues))
 
 
 @login_required
@@ -166,7 +160,6 @@ def queue_create(request: HttpRequest, slug: str) -> HttpResponse:
                 return redirect("queue_detail", slug=slug, queue_id=queue.pk)
         status = 422
     context = _page(
-        request,
         membership,
         form=form,
         matching=filtered_traces(project, filters).count() if filters is not None else None,
@@ -181,7 +174,6 @@ def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse
     membership = get_membership_for_user(request.user, slug)
     queue = _get_queue_for_membership(membership, queue_id)
     context = _page(
-        request,
         membership,
         queue=queue,
         progress=queue_progress(queue),
@@ -199,7 +191,7 @@ def queue_next(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     membership, queue = _get_workable_queue_for_user(request.user, slug, queue_id)
     item = reserve_next_item(queue=queue, reviewer=request.user)
     if item is None:
-        context = _page(request, membership, queue=queue, progress=queue_progress(queue))
+        context = _page(membership, queue=queue, progress=queue_progress(queue))
         return render(request, "queues/done.html", context)
     url = reverse("trace_detail", args=[slug, item.trace_id])
     return redirect(f"{url}?queue={queue.pk}&item={item.pk}")
@@ -250,7 +242,6 @@ def queue_agreement(request: HttpRequest, slug: str, queue_id: int) -> HttpRespo
         for item_id, contested in disputed[:MAX_DISAGREEMENTS_SHOWN]
     ]
     context = _page(
-        request,
         membership,
         queue=queue,
         reviewers=reviewers,

@@ -14,7 +14,7 @@ from reviewapp.forms import FeedbackForm
 from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Tag, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
-from reviewapp.services.feedback import FeedbackError, delete_feedback, record_feedback
+from reviewapp.services.feedback import FeedbackError, record_feedback
 from reviewapp.services.queues import blinds_reviewer
 from reviewapp.services.review import toggle_tag
 from reviewapp.views.access import (
@@ -64,7 +64,6 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "membership": membership,
         "project": membership.project,
-        "projects": projects_for_user(request.user),
         "form": form,
         "traces": page,
         "next_query": next_query,
@@ -120,7 +119,6 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
     more_from = start + MESSAGES_PER_CHUNK if start + MESSAGES_PER_CHUNK < len(turns) else None
     context = {
         **_review_context(request, membership, trace),
-        "projects": projects_for_user(request.user),
         "turns": chunk,
         "more_from": more_from,
         "tools": tool_definitions(body["tools"], messages),
@@ -188,9 +186,7 @@ def feedback_delete(
 ) -> HttpResponse:
     membership = get_reviewer_membership_for_user(request.user, slug)
     trace = get_trace_for_membership(membership, trace_id)
-    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
-    if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
-        delete_feedback(feedback=feedback)
+    Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).delete()
     context = {
         **_review_context(request, membership, trace),
         "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),

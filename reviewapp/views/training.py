@@ -19,7 +19,6 @@ from reviewapp.views.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
     get_reviewer_membership_for_user,
-    projects_for_user,
 )
 
 
@@ -27,7 +26,6 @@ def _base_context(request: HttpRequest, membership) -> dict:
     return {
         "membership": membership,
         "project": membership.project,
-        "projects": projects_for_user(request.user),
     }
 
 

@@ -19,7 +19,6 @@ from reviewapp.views.access import (
     get_membership_for_user,
     get_reviewer_membership_for_user,
     get_trace_for_membership,
-    projects_for_user,
 )
 
 CONDITION_FIELDS = (
@@ -95,13 +94,8 @@ def _get_rule_for_membership(membership: Membership, rule_id: int) -> TriageRule
     return rule
 
 
-def _page(request: HttpRequest, membership: Membership, **context) -> dict:
-    return {
-        "membership": membership,
-        "project": membership.project,
-        "projects": projects_for_user(request.user),
-        **context,
-    }
+def _page(membership: Membership, **context) -> dict:
+    return {"membership": membership, "project": membership.project, **context}
 
 
 def describe_rule(rule: TriageRule) -> list[str]:
@@ -121,9 +115,9 @@ def describe_rule(rule: TriageRule) -> list[str]:
     return [words[name] for name in CONDITION_FIELDS if getattr(rule, name) not in (None, "")]
 
 
-def _rules_context(request: HttpRequest, membership: Membership, **context) -> dict:
+def _rules_context(membership: Membership, **context) -> dict:
     rules = [(rule, describe_rule(rule)) for rule in rules_with_counts(membership.project)]
-    return _page(request, membership, rules=rules, **context)
+    return _page(membership, rules=rules, **context)
 
 
 @login_required
@@ -141,10 +135,10 @@ def triage_rules(request: HttpRequest, slug: str) -> HttpResponse:
                 author=request.user,
             )
             return _back_to_rules(request, slug)
-        context = _rules_context(request, membership, form=form, action=request.path)
+        context = _rules_context(membership, form=form, action=request.path)
         template = "triage/_rule_form.html" if request.htmx else "triage/rules.html"
         return render(request, template, context, status=422)
-    context = _rules_context(request, membership, form=form, action=request.path)
+    context = _rules_context(membership, form=form, action=request.path)
     return render(request, "triage/rules.html", context)
 
 
@@ -172,7 +166,7 @@ def triage_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespo
             )
             return _back_to_rules(request, slug)
         status = 422
-    context = _page(request, membership, form=form, rule=rule, action=request.path)
+    context = _page(membership, form=form, rule=rule, action=request.path)
     if request.htmx:
         return render(request, "triage/_rule_form.html", context, status=status)
     return render(request, "triage/rule_edit.html", context, status=status)
@@ -187,7 +181,7 @@ def triage_rule_run(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
     if not rule.enabled:
         return HttpResponse("enable the rule before running it", status=409)
     run_triage_rule.delay_on_commit(rule.pk)
-    context = _rules_context(request, membership, running=rule)
+    context = _rules_context(membership, running=rule)
     if request.htmx:
         return render(request, "triage/rules.html#rule-table", context)
     return redirect("triage_rules", slug=slug)
@@ -204,7 +198,6 @@ def failure_clusters_page(request: HttpRequest, slug: str) -> HttpResponse:
         count = None
     clusters = failure_clusters(project=membership.project, clusters=count)
     context = _page(
-        request,
         membership,
         clusters=clusters,
         clustered=sum(cluster.size for cluster in clusters),
@@ -226,7 +219,6 @@ def _similar_context(request: HttpRequest, membership: Membership, trace: Trace,
         )
         suggestions = [s for s in suggested_tags(trace=trace) if s.tag.pk not in mine]
     return _page(
-        request,
         membership,
         trace=trace,
         similar=similar,
