@@ -1,13 +1,11 @@
-"""Project settings pages: the tag taxonomy and the API keys."""
+"""Project settings pages: the tag taxonomy (the API keys page is views/api_keys.py)."""
 
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
-from reviewapp.models import ApiKey, Tag
-from reviewapp.services.projects import create_api_key, revoke_api_key
+from reviewapp.models import Tag
 from reviewapp.services.review import create_tag
 from reviewapp.views.access import (
     get_admin_membership_for_user,
@@ -57,29 +55,3 @@ def tag_list(request: HttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return render(request, "projects/tags.html#taxonomy", context, status=status)
     return render(request, "projects/tags.html", context, status=status)
-
-
-@login_required
-def api_keys(request: HttpRequest, slug: str) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    new_secret = None
-    if request.method == "POST":
-        name = request.POST.get("name", "")[:100]
-        new_secret = create_api_key(project=membership.project, name=name)[1]
-    context = {
-        "membership": membership,
-        "project": membership.project,
-        "keys": ApiKey.objects.filter(project=membership.project).order_by("-created_at"),
-        "new_secret": new_secret,
-    }
-    return render(request, "projects/keys.html", context)
-
-
-@require_POST
-@login_required
-def api_key_revoke(request: HttpRequest, slug: str, key_id: int) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    key = ApiKey.objects.filter(project=membership.project, pk=key_id).first()
-    if key is not None:
-        revoke_api_key(key=key)
-    return redirect("api_keys", slug=slug)

@@ -14,7 +14,7 @@ from reviewapp.forms import FeedbackForm
 from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Tag, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
-from reviewapp.services.feedback import FeedbackError, record_feedback
+from reviewapp.services.feedback import FeedbackError, delete_feedback, record_feedback
 from reviewapp.services.queues import blinds_reviewer
 from reviewapp.services.review import toggle_tag
 from reviewapp.views.access import (
@@ -186,7 +186,9 @@ def feedback_delete(
 ) -> HttpResponse:
     membership = get_reviewer_membership_for_user(request.user, slug)
     trace = get_trace_for_membership(membership, trace_id)
-    Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).delete()
+    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
+    if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
+        delete_feedback(feedback=feedback)
     context = {
         **_review_context(request, membership, trace),
         "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
