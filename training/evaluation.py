@@ -34,7 +34,7 @@ STATUSES = ("fixed", "still failing", "regressed", "still passing")
 # Greedy replies long enough for the feedback's checks and the original answers (a check on
 # how an answer ends fails on any reply cut short), bounded so one rambling item costs little.
 MIN_EVAL_TOKENS = 48
-MAX_EVAL_TOKENS = 256
+MAX_EVAL_TOKENS = 160
 
 
 def divergence(
