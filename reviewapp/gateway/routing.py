@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import DatabaseError
 
-from reviewapp.models import ApiKey, ModelRoute
+from reviewapp.models import Adapter, ApiKey, ModelRoute
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ class GatewayProject:
     primary: str  # upstream model name of the primary route; "" = base
     canary: str
     canary_share: int
+    base_model: str = ""  # the name the adapters are trained from, as the project records it
+    adapters: frozenset[str] = frozenset()  # this project's adapter versions, by name
+    key_scopes: frozenset[str] = frozenset()  # what the calling key may do (ApiKey.scopes)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,16 @@ async def project_for_key(secret: str) -> GatewayProject | None:
             .afirst()
         )
         route = await ModelRoute.objects.filter(project=key.project).afirst() if key else None
+        adapters = (
+            [
+                name
+                async for name in Adapter.objects.filter(project=key.project).values_list(
+                    "name", flat=True
+                )
+            ]
+            if key
+            else []
+        )
     except DatabaseError:
         if cached:  # the database is away: answer with what this process last knew
             logger.warning("routing from a stale cache: the database is unavailable")
@@ -71,6 +84,9 @@ async def project_for_key(secret: str) -> GatewayProject | None:
             primary=route.primary if route else "",
             canary=route.canary if route else "",
             canary_share=route.canary_share if route else 0,
+            base_model=p.base_model,
+            adapters=frozenset(adapters),
+            key_scopes=frozenset(key.scopes),
         )
     _cache[secret_hash] = (now + CACHE_SECONDS, project)
     return project
@@ -83,10 +99,16 @@ def forget_cached_routes() -> None:
 
 def destination_for(
     project: GatewayProject, requested_model: str, rng: random.Random | None = None
-) -> Destination:
-    """The alias goes to the primary route, or to the canary for its share; other names pass."""
+) -> Destination | None:
+    """The alias goes to the primary route, or to the canary for its share; the base model's
+    names go to the base and the project's own adapters by name. Any other name is None: a
+    shared model server also serves other projects' adapters, which this key may not call."""
+    if requested_model in project.adapters:
+        return Destination(project.upstream_url, requested_model, requested_model)
+    if requested_model in (project.base_upstream_model, project.base_model):
+        return Destination(project.upstream_url, project.base_upstream_model, "")
     if requested_model != project.served_model:
-        return Destination(project.upstream_url, requested_model, "")
+        return None
     target = project.primary
     share = project.canary_share if project.canary else 0
     if share and (rng or random).random() * 100 < share:

@@ -15,6 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from reviewapp.gateway.conversation import StreamAssembler
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import Destination, GatewayProject, destination_for, project_for_key
+from reviewapp.models import KeyScope
 from reviewapp.services.calls import RecordedCall
 
 logger = logging.getLogger(__name__)
@@ -38,10 +39,13 @@ def _upstream_client() -> httpx.AsyncClient:
     return client
 
 
-def openai_error(status: int, message: str, error_type: str) -> JsonResponse:
+def openai_error(
+    status: int, message: str, error_type: str, *, param: str | None = None, code: str = ""
+) -> JsonResponse:
     """Errors in the shape OpenAI SDKs parse, so the harness shows a clear message."""
     return JsonResponse(
-        {"error": {"message": message, "type": error_type, "code": status}}, status=status
+        {"error": {"message": message, "type": error_type, "param": param, "code": code or status}},
+        status=status,
     )
 
 
@@ -70,6 +74,17 @@ def _unauthorized() -> JsonResponse:
     return openai_error(401, "send a project API key as 'Authorization: Bearer <key>'", "auth")
 
 
+def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
+    if KeyScope.INGEST in project.key_scopes:
+        return None
+    return openai_error(
+        403,
+        "this API key lacks the 'ingest' scope the gateway needs; use the harness's key",
+        "permission_error",
+        code="insufficient_scope",
+    )
+
+
 @csrf_exempt
 async def list_models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
@@ -80,6 +95,8 @@ async def list_models(request: HttpRequest) -> HttpResponse:
         return _unavailable()
     if project is None:
         return _unauthorized()
+    if refused := _without_ingest_scope(project):
+        return refused
     return JsonResponse(
         {
             "object": "list",
@@ -100,6 +117,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return _unavailable()
     if project is None:
         return _unauthorized()
+    if refused := _without_ingest_scope(project):
+        return refused
     try:
         body = orjson.loads(request.body)
     except orjson.JSONDecodeError as error:
@@ -113,6 +132,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         )
 
     destination = destination_for(project, body["model"])
+    if destination is None:
+        return openai_error(
+            404,
+            f"The model {body['model']!r} does not exist or you do not have access to it; this "
+            f"project serves {project.served_model!r}",
+            "invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
     call = _Call(project, destination, body, trace_id)
     if body.get("stream"):
         return await call.forward_streaming()

@@ -10,7 +10,7 @@ from django.test import AsyncClient
 
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import forget_cached_routes
-from reviewapp.models import ModelCall, ModelRoute, Trace
+from reviewapp.models import ModelCall, ModelRoute, Project, Trace
 from reviewapp.services import calls
 from reviewapp.services.projects import create_api_key, create_project
 from tests.fake_upstream import FakeUpstream, free_port
@@ -48,6 +48,12 @@ def chat(key: str, messages, *, stream=False, model="shop-agent", trace_id=None,
     return AsyncClient().post(
         "/v1/chat/completions", orjson.dumps(body), content_type="application/json", headers=headers
     )
+
+
+async def serve_base_as(name: str) -> None:
+    """The fake upstream behaves by model name; the gateway forwards only the project's names."""
+    await Project.objects.filter(slug="shop").aupdate(upstream_model=name)
+    forget_cached_routes()
 
 
 async def read_stream(response) -> bytes:
@@ -143,6 +149,7 @@ async def test_an_upstream_timeout_gives_504_and_is_recorded(upstream, gateway_k
     from reviewapp.gateway import views
 
     views._clients.clear()
+    await serve_base_as("slow-model")
     response = await chat(gateway_key, USER, model="slow-model")
     views._clients.clear()
     assert response.status_code == 504
@@ -151,6 +158,7 @@ async def test_an_upstream_timeout_gives_504_and_is_recorded(upstream, gateway_k
 
 
 async def test_an_upstream_error_passes_through_and_is_recorded(upstream, gateway_key):
+    await serve_base_as("broken-model")
     response = await chat(gateway_key, USER, model="broken-model")
     assert response.status_code == 500
     assert orjson.loads(response.content)["error"]["message"] == "model crashed"
@@ -159,6 +167,7 @@ async def test_an_upstream_error_passes_through_and_is_recorded(upstream, gatewa
 
 
 async def test_a_client_that_disconnects_mid_stream_is_recorded_as_such(upstream, gateway_key):
+    await serve_base_as("drip-model")
     response = await chat(gateway_key, USER, stream=True, model="drip-model")
     # What Django's ASGI handler does when the client goes away: stop reading, close.
     async with contextlib.aclosing(aiter(response)) as content:
@@ -211,7 +220,7 @@ def test_routing_splits_traffic_by_share():
     picks = [destination_for(project, "alias", rng).upstream_model for _ in range(4000)]
     assert 0.22 < picks.count("v2") / 4000 < 0.28
     assert set(picks) == {"v1", "v2"}
-    assert destination_for(project, "other-model", rng).upstream_model == "other-model"
+    assert destination_for(project, "other-model", rng) is None
 
 
 @pytest.mark.parametrize(

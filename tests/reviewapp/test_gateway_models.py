@@ -1,0 +1,81 @@
+"""The gateway forwards only a project's own model names: a shared model server also serves
+other projects' adapters (named <slug>-v<N>), which another project's key must not reach."""
+
+import orjson
+import pytest
+from django.test import AsyncClient
+
+from reviewapp.gateway.recorder import recorder
+from reviewapp.gateway.routing import forget_cached_routes
+from reviewapp.models import Adapter, ModelCall
+from reviewapp.services.projects import create_api_key, create_project
+from tests.fake_upstream import FakeUpstream
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the recorder writes from its own thread
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    server = FakeUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def projects(upstream):
+    """acme has trained acme-v1; globex shares the same model server."""
+    forget_cached_routes()
+    acme = create_project(slug="acme", upstream_url=upstream.url, served_model="acme-agent")
+    globex = create_project(slug="globex", upstream_url=upstream.url, served_model="globex-agent")
+    Adapter.objects.create(
+        project=acme, version=1, name="acme-v1", path="/adapters/acme-v1", base_model="b"
+    )
+    yield {
+        "acme": acme,
+        "acme_key": create_api_key(project=acme)[1],
+        "acme_admin_key": create_api_key(project=acme, scopes=["admin"])[1],
+        "globex_key": create_api_key(project=globex)[1],
+    }
+    assert recorder.wait_until_idle(15)
+
+
+def chat(key: str, model: str):
+    return AsyncClient().post(
+        "/v1/chat/completions",
+        orjson.dumps({"model": model, "messages": USER}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
+async def test_another_projects_adapter_is_404_model_not_found(projects):
+    response = await chat(projects["globex_key"], "acme-v1")
+    assert response.status_code == 404
+    error = orjson.loads(response.content)["error"]
+    assert (error["type"], error["param"], error["code"]) == (
+        "invalid_request_error",
+        "model",
+        "model_not_found",
+    )
+    assert "'acme-v1'" in error["message"]
+    assert not await ModelCall.objects.aexists()  # nothing reached the model server
+
+
+async def test_a_project_calls_its_own_adapter_by_name(projects):
+    response = await chat(projects["acme_key"], "acme-v1")
+    assert response.status_code == 200
+    assert orjson.loads(response.content)["model"] == "acme-v1"
+
+
+async def test_the_base_model_name_reaches_the_base(projects):
+    response = await chat(projects["acme_key"], projects["acme"].base_model)
+    assert response.status_code == 200
+    assert orjson.loads(response.content)["model"] == "acme-agent"  # the base's upstream name
+
+
+async def test_a_key_without_the_ingest_scope_cannot_use_the_gateway(projects):
+    response = await chat(projects["acme_admin_key"], "acme-agent")
+    assert response.status_code == 403
+    assert orjson.loads(response.content)["error"]["code"] == "insufficient_scope"
