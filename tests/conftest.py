@@ -1,9 +1,11 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from reviewapp.models import Membership
+from reviewapp.models import DistillationTarget, Membership, TargetState
+from reviewapp.services.feedback import record_feedback
+from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.projects import create_api_key, create_project
-from tests.factories import ApiClient
+from tests.factories import ApiClient, make_trace
 
 
 @pytest.fixture
@@ -143,3 +145,19 @@ def vllm_url(tmp_path_factory):
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture
+def approved_target(project):
+    """An approved target on a calculator trace: enough for a run to start."""
+    ingest_traces(project=project, raw_items=[make_trace("t-1")])
+    trace = project.traces.get()
+    feedback, _ = record_feedback(trace=trace, text="Lead with the number.", turn=4)
+    return DistillationTarget.objects.create(
+        feedback=feedback,
+        turn=4,
+        source="hint",
+        student_context=trace.body_json()["messages"][:4],
+        target={"role": "assistant", "content": "84."},
+        state=TargetState.APPROVED,
+    )

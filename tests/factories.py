@@ -21,6 +21,11 @@ class ApiClient:
             path, data, content_type="application/json", headers=self.headers, **extra
         )
 
+    def patch(self, path: str, payload):
+        return self.client.patch(
+            path, json.dumps(payload), content_type="application/json", headers=self.headers
+        )
+
 
 def make_trace(external_id: str = "t-1", **overrides) -> dict:
     """A small agent trace with one tool call and its result."""

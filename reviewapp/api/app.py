@@ -2,7 +2,7 @@
 
 from ninja import NinjaAPI
 
-from reviewapp.api import alerts, export, otel, runs, traces
+from reviewapp.api import alerts, export, otel, runs, settings, traces
 from reviewapp.api.auth import ProjectKeyAuth
 from reviewapp.api.errors import StrictJsonParser, install_error_handlers
 from reviewapp.models import KeyScope
@@ -23,3 +23,4 @@ api.add_router("/", otel.router)
 api.add_router("/", export.router)
 api.add_router("/", runs.router)
 api.add_router("/", alerts.router)
+api.add_router("/", settings.router)

@@ -1,31 +1,9 @@
-import pytest
-
 from reviewapp.models import (
     Adapter,
-    DistillationTarget,
     ModelRoute,
     RunStatus,
-    TargetState,
     TrainingRun,
 )
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
-from tests.factories import make_trace
-
-
-@pytest.fixture
-def approved_target(project):
-    ingest_traces(project=project, raw_items=[make_trace("t-1")])
-    trace = project.traces.get()
-    feedback, _ = record_feedback(trace=trace, text="Lead with the number.", turn=4)
-    return DistillationTarget.objects.create(
-        feedback=feedback,
-        turn=4,
-        source="hint",
-        student_context=trace.body_json()["messages"][:4],
-        target={"role": "assistant", "content": "84."},
-        state=TargetState.APPROVED,
-    )
 
 
 def test_retrain_with_nothing_approved_is_422(admin_api, project):
