@@ -41,6 +41,9 @@ from training.sampling import adapter_disabled, generate_replies, pad_right, rep
 
 ProgressCallback = Callable[[int, int, float, float, float], None]
 
+# Checkpoints kept on disk during a run (the newest ones); a long run writes many.
+KEPT_CHECKPOINTS = 2
+
 
 @dataclass(frozen=True)
 class Example:
@@ -269,6 +272,10 @@ def train(
             checkpoints.append(
                 _save_checkpoint(checkpoint_dir, model, optimizer, config, done, loss_curve, tokens)
             )
+            # Resuming needs the newest only; one more in case the newest is being read.
+            for old in checkpoints[:-KEPT_CHECKPOINTS]:
+                shutil.rmtree(old, ignore_errors=True)
+            checkpoints = checkpoints[-KEPT_CHECKPOINTS:]
 
     model.eval()
     return TrainingResult(

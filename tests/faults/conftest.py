@@ -338,13 +338,21 @@ CONVERSATION = [
 ]
 
 
-def use_tiny_base(stack, make_llama, make_tokenizer, *, epochs=2, auto_deploy=False) -> None:
+def use_tiny_base(
+    stack, make_llama, make_tokenizer, *, epochs=2, auto_deploy=False, save_every_steps=0
+) -> None:
     """Train the tiny random model of tests/training (seconds, not minutes) in this project."""
     directory = stack.root / "tiny-base"
     make_llama().save_pretrained(directory)
     make_tokenizer().save_pretrained(directory)
     policy = {
-        "training": {"epochs": epochs, "per_device_batch_size": 1, "max_seq_len": 64},
+        "training": {
+            "epochs": epochs,
+            "min_steps": 1,  # `epochs` passes over the one example, as asked
+            "per_device_batch_size": 1,
+            "max_seq_len": 64,
+            "save_every_steps": save_every_steps,
+        },
         "gate": {"min_fixed_fraction": 0},  # a tiny random model fixes nothing
         "auto_deploy": auto_deploy,
     }

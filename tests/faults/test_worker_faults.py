@@ -105,37 +105,53 @@ def _finished_proposals(stack) -> int:
     )
 
 
-def test_worker_killed_mid_training_fails_the_run_and_loads_no_adapter(
+def test_worker_killed_mid_training_resumes_the_run_from_its_checkpoint(
     stack, headers, make_tiny_llama, make_tiny_tokenizer
 ):
-    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=100_000)
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=100_000, save_every_steps=5)
     stack.extra_environment["TRAINING_HEARTBEAT_TIMEOUT_SECONDS"] = str(HEARTBEAT_TIMEOUT_S)
     web = stack.web()
     worker = stack.worker()
     approve_a_correction(stack, web, headers)
     run_id = httpx.post(f"{web.url}/api/v1/runs", json={}, headers=headers).json()["id"]
+    checkpoints = stack.root / "adapters" / ".checkpoints" / f"run-{run_id}"
     wait_for(
-        lambda: stack.scalar(
-            "SELECT (progress->>'step')::int > 0 FROM reviewapp_trainingrun WHERE id = %s", run_id
-        ),
+        lambda: checkpoints.is_dir() and len(list(checkpoints.glob("step-*"))) >= 2,
         timeout=120,
-        what="training to be under way",
+        what="training to be under way with checkpoints",
     )
     (pool_process,) = worker.children()
     os.kill(pool_process, signal.SIGKILL)  # what the out-of-memory killer does
-
-    # The main process requeues the task (reject on worker lost); the redelivery finds the run
-    # claimed and does nothing, rather than training it twice.
-    wait_for(lambda: "'not claimed'" in worker.tail(100_000), timeout=60, what="the redelivery")
-    run = wait_for(
-        lambda: finished_run(web, headers, run_id), timeout=30, what="the stale run to be failed"
+    last_checkpoint = max(
+        int(path.name.removeprefix("step-")) for path in checkpoints.glob("step-*")
     )
-    assert run["status"] == "failed"
-    assert "stopped reporting" in run["error"]
-    assert run["adapter"] is None
+
+    # The main process requeues the task (reject on worker lost); the redelivery finds the run's
+    # heartbeat still fresh, looks again once it is stale, takes the run over and resumes it.
+    wait_for(
+        lambda: (
+            stack.scalar("SELECT attempts FROM reviewapp_trainingrun WHERE id = %s", run_id) == 2
+        ),
+        timeout=60,
+        what="the redelivered task to take the run over",
+    )
+    assert "resumed after its worker stopped reporting" in worker.tail(1_000_000)
+    # Its loss curve continues the dead worker's: it did not start again from step 1.
+    resumed_steps = wait_for(
+        lambda: stack.scalar(
+            "SELECT jsonb_array_length(loss_curve) FROM reviewapp_trainingrun WHERE id = %s "
+            "AND status = 'training' AND attempts = 2 AND (progress->>'step')::int > %s",
+            run_id,
+            last_checkpoint,
+        ),
+        timeout=60,
+        what="the resumed run to train past its checkpoint",
+    )
+    assert resumed_steps > last_checkpoint
+    stack.execute("UPDATE reviewapp_trainingrun SET cancel_requested = true WHERE id = %s", run_id)
+    run = wait_for(lambda: finished_run(web, headers, run_id), timeout=60, what="the cancel")
+    assert run["status"] == "cancelled"
     assert stack.scalar("SELECT count(*) FROM reviewapp_adapter") == 0
-    adapters = stack.root / "adapters"
-    assert not adapters.exists() or not any(p.name == "acme-v1" for p in adapters.iterdir())
 
     # The same worker trains the next run to the end, and no heartbeat gap fails it early.
     use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=2)

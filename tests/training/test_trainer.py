@@ -339,3 +339,21 @@ def test_the_sft_loss_over_the_reply_window_equals_the_loss_over_full_logits(mak
     full_logits = student(input_ids=input_ids, attention_mask=attention_mask).logits
     expected = masked_token_nll(full_logits, input_ids, loss_mask)
     assert _sft_loss(student, batch, pad_token_id=0).item() == pytest.approx(expected.item(), 1e-5)
+
+
+def test_only_the_newest_checkpoints_stay_on_disk(make_student, tokenizer, tmp_path):
+    config = _sft_config(save_every_steps=1)
+    result = train(
+        make_student(config), tokenizer, config, examples=_examples(), checkpoint_dir=tmp_path
+    )
+
+    on_disk = sorted(path.name for path in tmp_path.glob("step-*"))
+    assert result.steps > 2
+    assert (
+        on_disk
+        == [path.name for path in result.checkpoints]
+        == [
+            f"step-{result.steps - 1:06d}",
+            f"step-{result.steps:06d}",
+        ]
+    )
