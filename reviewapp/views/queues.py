@@ -184,24 +184,23 @@ def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse
     return render(request, "queues/detail.html", context)
 
 
-@require_GET
+@require_POST
 @login_required
 def queue_next(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
-    """Reserve the reviewer's next item (or give back the one they hold) and open it."""
+    """Reserve the reviewer's next item (or give back the one they hold) and open it.
+
+    A POST: a reservation is a write, and a link followed by a prefetcher or a crawler must not
+    take items from the reviewers.
+    """
     membership, queue = _get_workable_queue_for_user(request.user, slug, queue_id)
-    item = reserve_next_item(queue=queue, reviewer=request.user)
-    if item is None:
-        context = _page(membership, queue=queue, progress=queue_progress(queue))
-        return render(request, "queues/done.html", context)
-    url = reverse("trace_detail", args=[slug, item.trace_id])
-    return redirect(f"{url}?queue={queue.pk}&item={item.pk}")
+    return _open_next_item(request, membership, queue)
 
 
 @require_POST
 @login_required
 def queue_item_done(request: HttpRequest, slug: str, queue_id: int, item_id: int) -> HttpResponse:
     """Done (or, with action=skip, skipped), then straight on to the next item."""
-    _, queue = _get_workable_queue_for_user(request.user, slug, queue_id)
+    membership, queue = _get_workable_queue_for_user(request.user, slug, queue_id)
     item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
     if item is None:
         raise Http404("no such item in this queue")
@@ -212,10 +211,21 @@ def queue_item_done(request: HttpRequest, slug: str, queue_id: int, item_id: int
             finish_item(item=item, reviewer=request.user)
     except QueueError as error:
         return HttpResponse(str(error), status=409, content_type="text/plain")
-    next_url = reverse("queue_next", args=[slug, queue.pk])
-    if request.htmx:
-        return HttpResponseClientRedirect(next_url)
-    return redirect(next_url)
+    return _open_next_item(request, membership, queue)
+
+
+def _open_next_item(request: HttpRequest, membership: Membership, queue: Queue) -> HttpResponse:
+    """The trace page of the item reserved for this reviewer, or the queue's done page."""
+    item = reserve_next_item(queue=queue, reviewer=request.user)
+    if item is None and not request.htmx:
+        context = _page(membership, queue=queue, progress=queue_progress(queue))
+        return render(request, "queues/done.html", context)
+    if item is None:  # htmx swaps no page in: the queue page shows that all is done
+        url = reverse("queue_detail", args=[membership.project.slug, queue.pk])
+    else:
+        url = reverse("trace_detail", args=[membership.project.slug, item.trace_id])
+        url = f"{url}?queue={queue.pk}&item={item.pk}"
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
 @require_GET

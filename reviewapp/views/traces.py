@@ -129,7 +129,6 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
             else None
         ),
         "feedback_form": FeedbackForm(turns=turns),
-        "next_item_url": request.GET.get("next") or "",
         **queue_context(request, membership, trace),  # opened from a queue: ?queue=&item=
     }
     if request.htmx and start:

@@ -30,7 +30,7 @@ def test_done_next_finishes_the_item_and_opens_the_next_ones_trace(bob_page, bob
     page = bob_page
     first, second = queue.items.order_by("position")[:2]
     page.goto(f"/p/acme/queues/{queue.pk}/")
-    page.get_by_role("link", name="Start reviewing").click()
+    page.get_by_role("button", name="Start reviewing").click()
     page.wait_for_url(f"**/p/acme/traces/{first.trace_id}/?queue={queue.pk}&item={first.pk}")
     expect(page.locator(".trace-head h1")).to_have_text(first.trace.external_id)
 

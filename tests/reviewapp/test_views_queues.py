@@ -218,9 +218,11 @@ def test_the_progress_fragment_refreshes_over_htmx(bob, project, traces):
 def test_another_projects_queue_is_404(mallory, bob, project, other_project, traces):
     queue = make_queue(project)
     client = logged_in(mallory)
-    for suffix in ("", "next/", "agreement/"):
+    for suffix in ("", "agreement/"):
         assert client.get(queue_url(queue, suffix)).status_code == 404
         assert client.get(queue_url(queue, suffix, slug="globex")).status_code == 404
+    assert client.post(queue_url(queue, "next/")).status_code == 404
+    assert client.post(queue_url(queue, "next/", slug="globex")).status_code == 404
     item = queue.items.first()
     assert client.post(done_url(queue, item, slug="globex")).status_code == 404
     assert logged_in(bob).get("/p/globex/queues/").status_code == 404
@@ -231,7 +233,7 @@ def test_another_projects_queue_is_404(mallory, bob, project, other_project, tra
 
 def test_start_reviewing_reserves_an_item_and_opens_its_trace(bob, project, traces):
     queue = make_queue(project)
-    response = logged_in(bob).get(queue_url(queue, "next/"))
+    response = logged_in(bob).post(queue_url(queue, "next/"))
     item = QueueItem.objects.get(queue=queue, position=1)
     assert response.status_code == 302
     assert response["Location"] == item_page(item)
@@ -239,10 +241,38 @@ def test_start_reviewing_reserves_an_item_and_opens_its_trace(bob, project, trac
     assert (review.reviewer, review.status) == (bob, ReviewStatus.RESERVED)
 
 
+def test_a_get_of_next_reserves_nothing(bob, project, traces):
+    queue = make_queue(project)
+
+    response = logged_in(bob).get(queue_url(queue, "next/"))
+
+    assert response.status_code == 405
+    assert not QueueReview.objects.exists()
+
+
+def test_the_queue_page_starts_reviewing_with_a_post_form(bob, project, traces):
+    queue = make_queue(project)
+
+    html = logged_in(bob).get(queue_url(queue)).content.decode()
+
+    assert f'<form method="post" action="{queue_url(queue, "next/")}">' in html
+
+
+def test_the_last_item_done_over_htmx_goes_back_to_the_queue_page(bob, project, traces):
+    queue = make_queue(project, termination=["timeout"])
+    client = logged_in(bob)
+    finish_item(item=reserve_next_item(queue=queue, reviewer=bob), reviewer=bob)
+    last = reserve_next_item(queue=queue, reviewer=bob)
+
+    response = client.post(done_url(queue, last), headers={"HX-Request": "true"})
+
+    assert response["HX-Redirect"] == queue_url(queue)
+
+
 def test_the_trace_page_opened_from_a_queue_has_the_done_next_form(bob, project, traces):
     queue = make_queue(project)
     client = logged_in(bob)
-    client.get(queue_url(queue, "next/"))
+    client.post(queue_url(queue, "next/"))
     item = queue.items.get(position=1)
     html = client.get(item_page(item)).content.decode()
     assert 'id="done-next"' in html
@@ -252,7 +282,7 @@ def test_the_trace_page_opened_from_a_queue_has_the_done_next_form(bob, project,
 
 def test_the_trace_page_ignores_a_queue_item_the_user_does_not_hold(bob, carol, project, traces):
     queue = make_queue(project)
-    logged_in(carol).get(queue_url(queue, "next/"))
+    logged_in(carol).post(queue_url(queue, "next/"))
     item = queue.items.get(position=1)
     response = logged_in(bob).get(item_page(item))
     assert response.status_code == 200
@@ -262,23 +292,22 @@ def test_the_trace_page_ignores_a_queue_item_the_user_does_not_hold(bob, carol, 
 def test_done_next_finishes_the_item_and_goes_to_the_next(bob, project, traces):
     queue = make_queue(project)
     client = logged_in(bob)
-    client.get(queue_url(queue, "next/"))
+    client.post(queue_url(queue, "next/"))
     first, second = queue.items.order_by("position")[:2]
     response = client.post(done_url(queue, first))
     assert response.status_code == 302
-    assert response["Location"] == queue_url(queue, "next/")
+    assert response["Location"] == item_page(second)
     assert QueueReview.objects.get(item=first).status == ReviewStatus.DONE
-    assert client.get(response["Location"])["Location"] == item_page(second)
 
 
 def test_done_next_over_htmx_redirects_the_whole_page(bob, project, traces):
     queue = make_queue(project)
     client = logged_in(bob)
-    client.get(queue_url(queue, "next/"))
+    client.post(queue_url(queue, "next/"))
     response = client.post(
         done_url(queue, queue.items.get(position=1)), headers={"HX-Request": "true"}
     )
-    assert response["HX-Redirect"] == queue_url(queue, "next/")
+    assert response["HX-Redirect"] == item_page(queue.items.get(position=2))
 
 
 def test_done_twice_is_harmless(bob, project, traces):
@@ -299,7 +328,7 @@ def test_done_needs_a_reservation(bob, project, traces):
 def test_skip_moves_on_and_frees_the_place_for_someone_else(bob, carol, project, traces):
     queue = make_queue(project)
     client = logged_in(bob)
-    client.get(queue_url(queue, "next/"))
+    client.post(queue_url(queue, "next/"))
     first = queue.items.get(position=1)
     client.post(done_url(queue, first), {"action": "skip"})
     assert QueueReview.objects.get(item=first, reviewer=bob).status == ReviewStatus.SKIPPED
@@ -311,7 +340,7 @@ def test_a_viewer_cannot_work_a_queue(victor, bob, project, traces):
     queue = make_queue(project)
     item = reserve_next_item(queue=queue, reviewer=bob)
     client = logged_in(victor)
-    assert client.get(queue_url(queue, "next/")).status_code == 403
+    assert client.post(queue_url(queue, "next/")).status_code == 403
     assert client.post(done_url(queue, item)).status_code == 403
     assert QueueReview.objects.get(item=item).status == ReviewStatus.RESERVED
 
@@ -320,9 +349,9 @@ def test_a_reviewer_not_assigned_to_the_queue_is_refused(bob, carol, project, tr
     queue = make_queue(project, assignees=[carol])
     item = reserve_next_item(queue=queue, reviewer=carol)
     client = logged_in(bob)
-    assert client.get(queue_url(queue, "next/")).status_code == 403
+    assert client.post(queue_url(queue, "next/")).status_code == 403
     assert client.post(done_url(queue, item)).status_code == 403
-    assert logged_in(carol).get(queue_url(queue, "next/")).status_code == 302
+    assert logged_in(carol).post(queue_url(queue, "next/")).status_code == 302
 
 
 def test_anonymous_people_are_asked_to_log_in(project, traces):
@@ -338,7 +367,7 @@ def test_next_shows_done_when_nothing_is_left(bob, project, traces):
     for _ in range(2):
         item = reserve_next_item(queue=queue, reviewer=bob)
         finish_item(item=item, reviewer=bob)
-    response = client.get(queue_url(queue, "next/"))
+    response = client.post(queue_url(queue, "next/"))
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="queue-done"' in html
