@@ -1,5 +1,6 @@
 """Settings, all from the environment; the defaults run on a fresh laptop with nothing installed."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -35,6 +36,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "csp",
     "template_partials",
+    "axes",
     "reviewapp",
 ]
 
@@ -50,6 +52,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
 
 ROOT_URLCONF = "reviewapp.urls"
@@ -89,6 +92,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Login throttling (django-axes), the admin login included: after LOGIN_FAILURE_LIMIT wrong
+# passwords for one account, or from one address, both are refused (429) for
+# LOGIN_LOCKOUT_MINUTES, the right password too. Behind a proxy every client shares its address:
+# set AXES_IPWARE_PROXY_COUNT (with django-ipware) so the real client address is used.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account, per address
 
 # Enforced, not report-only: no inline script or style, nothing from another origin. Untrusted
 # text from traces that slipped past escaping still could not run.
