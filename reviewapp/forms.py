@@ -3,10 +3,16 @@
 import json
 
 from django import forms
+from django.contrib.auth import get_user_model
+from django.http import QueryDict
 
+from reviewapp.filters import TraceFilterForm
+from reviewapp.models import Feedback, Queue, Role, Tag, Trace, TriageRule
 from reviewapp.rendering import TurnView
 from reviewapp.services.feedback import MAX_FEEDBACK_TEXT_LENGTH
+from reviewapp.services.queues import MAX_QUEUE_ITEMS
 from reviewapp.services.targets import AUTO_APPROVE_POLICIES
+from reviewapp.services.triage import ANY_TOOL
 
 
 class FeedbackForm(forms.Form):
@@ -95,4 +101,125 @@ class AutoApproveForm(forms.Form):
     policy = forms.ChoiceField(label="Auto-approve", choices=AUTO_APPROVE_POLICIES.items())
     apply_to_proposed = forms.BooleanField(
         label="also approve the proposed targets that pass now", required=False
+    )
+
+
+class QueueForm(TraceFilterForm):
+    """The trace-list filters plus how the queue is worked."""
+
+    name = forms.CharField(max_length=200)
+    sample_size = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_QUEUE_ITEMS,
+        required=False,
+        help_text="Blank: every matching trace.",
+    )
+    seed = forms.IntegerField(required=False, help_text="The same seed draws the same sample.")
+    reviewers_per_item = forms.IntegerField(min_value=1, max_value=10, initial=1)
+    blind = forms.BooleanField(
+        required=False, help_text="Reviewers see nobody else's tags or feedback until done."
+    )
+    assignees = forms.ModelMultipleChoiceField(
+        queryset=get_user_model().objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: any reviewer of the project.",
+    )
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, project=project, **kwargs)
+        self.fields["assignees"].queryset = (
+            get_user_model()
+            .objects.filter(
+                memberships__project=project, memberships__role__in=[Role.ADMIN, Role.REVIEWER]
+            )
+            .order_by("username")
+        )
+
+    def filter_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in TraceFilterForm.base_fields]
+
+    def queue_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.fields if name not in TraceFilterForm.base_fields]
+
+    def filters(self) -> dict:
+        return {name: self.cleaned_data[name] for name in TraceFilterForm.base_fields}
+
+    def filter_query(self) -> str:
+        """The filters as a trace-list query string, so the queue links back to its traces."""
+        query = QueryDict(mutable=True)
+        for name in TraceFilterForm.base_fields:
+            values = [value for value in self.data.getlist(name) if value]
+            if values:
+                query.setlist(name, values)
+        return query.urlencode()
+
+
+CONDITION_FIELDS = (
+    "termination",
+    "min_tool_calls",
+    "failed_tool",
+    "tag",
+    "model",
+    "adapter_version",
+    "outcome",
+    "text",
+)
+
+
+class TriageRuleForm(forms.ModelForm):
+    new_queue = forms.CharField(
+        max_length=200, required=False, help_text="Or route to a new, empty queue of this name."
+    )
+
+    class Meta:
+        model = TriageRule
+        fields = ["name", "queue", *CONDITION_FIELDS, "sample_rate", "enabled"]
+        labels = {"min_tool_calls": "More tool calls than", "text": "Text contains"}
+        help_texts = {
+            "failed_tool": f"A call of this tool returned an error; {ANY_TOOL} for any tool.",
+            "sample_rate": "Share of matching traces routed (0 to 1); the same ones on every run.",
+        }
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.instance.project = project
+        self.fields["queue"].required = False
+        self.fields["queue"].queryset = Queue.objects.filter(project=project).order_by("name")
+        self.fields["tag"].queryset = Tag.objects.filter(project=project).order_by("name")
+
+    def clean_sample_rate(self) -> float:
+        rate = self.cleaned_data["sample_rate"]
+        if not 0 < rate <= 1:
+            raise forms.ValidationError("a sample rate is above 0 and at most 1")
+        return rate
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if bool(data.get("queue")) == bool(data.get("new_queue")):
+            self.add_error("queue", "choose a queue or name a new one (not both)")
+        if not any(data.get(name) not in (None, "") for name in CONDITION_FIELDS):
+            raise forms.ValidationError("a rule needs at least one condition")
+        return data
+
+
+class ApplyFeedbackForm(forms.Form):
+    """One of this trace's feedback, and the similar traces the reviewer ticked."""
+
+    feedback = forms.ModelChoiceField(queryset=Feedback.objects.none())
+    traces = forms.ModelMultipleChoiceField(
+        queryset=Trace.objects.none(), error_messages={"required": "tick the traces it fits"}
+    )
+
+    def __init__(self, *args, trace: Trace, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["feedback"].queryset = trace.feedback.order_by("id")
+        self.fields["traces"].queryset = Trace.objects.filter(project=trace.project_id).exclude(
+            pk=trace.pk
+        )
+
+
+class MonitorForm(TraceFilterForm):
+    bucket = forms.ChoiceField(
+        choices=[("day", "per day"), ("hour", "per hour")], required=False, label="Over time"
     )

@@ -13,7 +13,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from reviewapp.charts import multi_line_chart, stacked_bar_chart
-from reviewapp.filters import TraceFilterForm, filtered_traces
+from reviewapp.filters import filtered_traces
+from reviewapp.forms import MonitorForm
 from reviewapp.models import Project, TargetState, Termination
 from reviewapp.services.alerts import alerts_from_monitor, project_alerts
 from reviewapp.services.dataset import (
@@ -31,12 +32,6 @@ from reviewapp.views.access import (
 
 ALERT_COUNT_SECONDS = 60  # the nav's alert count is recomputed at most this often per project
 HOUR_BUCKET_DAYS = 14  # per hour, the page covers this many days unless "since" says otherwise
-
-
-class MonitorForm(TraceFilterForm):
-    bucket = forms.ChoiceField(
-        choices=[("day", "per day"), ("hour", "per hour")], required=False, label="Over time"
-    )
 
 
 class DataPolicyForm(forms.Form):

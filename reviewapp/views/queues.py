@@ -1,10 +1,8 @@
 """Review queues: build one from the trace filters, work through it, compare the reviewers."""
 
-from django import forms
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -12,13 +10,13 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from reviewapp.agreement import tag_agreement
 from reviewapp.filters import TraceFilterForm, filtered_traces
+from reviewapp.forms import QueueForm
 from reviewapp.models import (
     Membership,
     Queue,
     QueueItem,
     QueueReview,
     ReviewStatus,
-    Role,
     Tag,
     TraceTag,
 )
@@ -39,57 +37,6 @@ from reviewapp.views.access import (
 
 # The adjudication list stops here; the agreement numbers still cover every item.
 MAX_DISAGREEMENTS_SHOWN = 200
-
-
-class QueueForm(TraceFilterForm):
-    """The trace-list filters plus how the queue is worked."""
-
-    name = forms.CharField(max_length=200)
-    sample_size = forms.IntegerField(
-        min_value=1,
-        max_value=MAX_QUEUE_ITEMS,
-        required=False,
-        help_text="Blank: every matching trace.",
-    )
-    seed = forms.IntegerField(required=False, help_text="The same seed draws the same sample.")
-    reviewers_per_item = forms.IntegerField(min_value=1, max_value=10, initial=1)
-    blind = forms.BooleanField(
-        required=False, help_text="Reviewers see nobody else's tags or feedback until done."
-    )
-    assignees = forms.ModelMultipleChoiceField(
-        queryset=get_user_model().objects.none(),
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        help_text="None ticked: any reviewer of the project.",
-    )
-
-    def __init__(self, *args, project, **kwargs):
-        super().__init__(*args, project=project, **kwargs)
-        self.fields["assignees"].queryset = (
-            get_user_model()
-            .objects.filter(
-                memberships__project=project, memberships__role__in=[Role.ADMIN, Role.REVIEWER]
-            )
-            .order_by("username")
-        )
-
-    def filter_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in TraceFilterForm.base_fields]
-
-    def queue_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in self.fields if name not in TraceFilterForm.base_fields]
-
-    def filters(self) -> dict:
-        return {name: self.cleaned_data[name] for name in TraceFilterForm.base_fields}
-
-    def filter_query(self) -> str:
-        """The filters as a trace-list query string, so the queue links back to its traces."""
-        query = QueryDict(mutable=True)
-        for name in TraceFilterForm.base_fields:
-            values = [value for value in self.data.getlist(name) if value]
-            if values:
-                query.setlist(name, values)
-        return query.urlencode()
 
 
 def _get_queue_for_membership(membership: Membership, queue_id: int) -> Queue:

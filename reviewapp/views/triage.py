@@ -1,6 +1,5 @@
 """Triage: rules that route traces to queues, failure clusters, and "more like this" on a trace."""
 
-from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -8,7 +7,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from reviewapp.models import Feedback, Membership, Queue, Tag, Trace, TraceTag, TriageRule
+from reviewapp.forms import CONDITION_FIELDS, ApplyFeedbackForm, TriageRuleForm
+from reviewapp.models import Membership, Trace, TraceTag, TriageRule
 from reviewapp.services.feedback import apply_feedback_to_traces
 from reviewapp.services.queues import blinds_reviewer
 from reviewapp.services.similarity import failure_clusters, similar_traces, suggested_tags
@@ -21,70 +21,8 @@ from reviewapp.views.access import (
     get_trace_for_membership,
 )
 
-CONDITION_FIELDS = (
-    "termination",
-    "min_tool_calls",
-    "failed_tool",
-    "tag",
-    "model",
-    "adapter_version",
-    "outcome",
-    "text",
-)
 SIMILAR_SHOWN = 10
 MAX_CLUSTERS = 30
-
-
-class TriageRuleForm(forms.ModelForm):
-    new_queue = forms.CharField(
-        max_length=200, required=False, help_text="Or route to a new, empty queue of this name."
-    )
-
-    class Meta:
-        model = TriageRule
-        fields = ["name", "queue", *CONDITION_FIELDS, "sample_rate", "enabled"]
-        labels = {"min_tool_calls": "More tool calls than", "text": "Text contains"}
-        help_texts = {
-            "failed_tool": f"A call of this tool returned an error; {ANY_TOOL} for any tool.",
-            "sample_rate": "Share of matching traces routed (0 to 1); the same ones on every run.",
-        }
-
-    def __init__(self, *args, project, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.instance.project = project
-        self.fields["queue"].required = False
-        self.fields["queue"].queryset = Queue.objects.filter(project=project).order_by("name")
-        self.fields["tag"].queryset = Tag.objects.filter(project=project).order_by("name")
-
-    def clean_sample_rate(self) -> float:
-        rate = self.cleaned_data["sample_rate"]
-        if not 0 < rate <= 1:
-            raise forms.ValidationError("a sample rate is above 0 and at most 1")
-        return rate
-
-    def clean(self) -> dict:
-        data = super().clean()
-        if bool(data.get("queue")) == bool(data.get("new_queue")):
-            self.add_error("queue", "choose a queue or name a new one (not both)")
-        if not any(data.get(name) not in (None, "") for name in CONDITION_FIELDS):
-            raise forms.ValidationError("a rule needs at least one condition")
-        return data
-
-
-class ApplyFeedbackForm(forms.Form):
-    """One of this trace's feedback, and the similar traces the reviewer ticked."""
-
-    feedback = forms.ModelChoiceField(queryset=Feedback.objects.none())
-    traces = forms.ModelMultipleChoiceField(
-        queryset=Trace.objects.none(), error_messages={"required": "tick the traces it fits"}
-    )
-
-    def __init__(self, *args, trace: Trace, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["feedback"].queryset = trace.feedback.order_by("id")
-        self.fields["traces"].queryset = Trace.objects.filter(project=trace.project_id).exclude(
-            pk=trace.pk
-        )
 
 
 def _get_rule_for_membership(membership: Membership, rule_id: int) -> TriageRule:
