@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 
 from reviewapp.models import ApiKey, KeyScope
 from reviewapp.services.projects import create_api_key, revoke_api_key
-from reviewapp.views.access import get_admin_membership_for_user, projects_for_user
+from reviewapp.views.access import get_admin_membership_for_user
 
 # The secret travels to the page after the redirect in the session and is removed on display.
 NEW_SECRET_SESSION_KEY = "new_api_key_secret"
@@ -40,7 +40,6 @@ def api_keys(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "membership": membership,
         "project": membership.project,
-        "projects": projects_for_user(request.user),
         "keys": ApiKey.objects.filter(project=membership.project).order_by("-created_at"),
         "new_secret": request.session.pop(NEW_SECRET_SESSION_KEY, None),
         "form": form,
