@@ -11,8 +11,8 @@ from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ErrorOut
 from reviewapp.api.traces import ERRORS
 from reviewapp.learning.deploy import deployment_of
-from reviewapp.models import Adapter, KeyScope, ModelRoute, Project, TrainingRun
 from reviewapp.learning.runs import RetrainError, is_presumed_dead, start_retrain
+from reviewapp.models import Adapter, KeyScope, ModelRoute, Project, TrainingRun
 
 router = Router(tags=["training"])
 
