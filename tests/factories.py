@@ -21,6 +21,14 @@ class ApiClient:
             path, data, content_type="application/json", headers=self.headers, **extra
         )
 
+    def request(self, method: str, path: str, payload=None):
+        """Any method; a GET sends no body."""
+        if method == "GET":
+            return self.get(path)
+        return self.client.generic(
+            method, path, json.dumps(payload), content_type="application/json", headers=self.headers
+        )
+
     def patch(self, path: str, payload):
         return self.client.patch(
             path, json.dumps(payload), content_type="application/json", headers=self.headers

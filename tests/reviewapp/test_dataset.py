@@ -3,11 +3,11 @@
 import orjson
 import pytest
 
+from reviewapp.learning.runs import RetrainError, start_retrain
 from reviewapp.models import DistillationTarget, Feedback, FeedbackStatus, TargetState
 from reviewapp.services.dataset import DataPolicy, build_training_set, set_data_policy
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.learning.runs import RetrainError, start_retrain
 from tests.factories import make_trace
 
 
@@ -106,9 +106,9 @@ def test_a_retrain_whose_approved_targets_are_all_excluded_says_why(project):
         start_retrain(project=project)
 
 
-def test_the_export_applies_the_policy_and_reports_the_exclusions(mix, api):
+def test_the_export_applies_the_policy_and_reports_the_exclusions(mix, admin_api):
     set_data_policy(project=mix, policy=DataPolicy(timeout="exclude"))
-    response = api.get("/api/v1/export.jsonl")
+    response = admin_api.get("/api/v1/export.jsonl")
     assert response.status_code == 200
     replies = [
         orjson.loads(line)["messages"][-1]["content"]
@@ -120,14 +120,14 @@ def test_the_export_applies_the_policy_and_reports_the_exclusions(mix, api):
     assert (excluded["policy_timeout"], excluded["duplicate"]) == (2, 1)
 
 
-def test_reviewed_timeouts_are_failures_and_never_exported_as_successes(project, api, bob):
+def test_reviewed_timeouts_are_failures_and_never_exported_as_successes(project, admin_api, bob):
     ingest_traces(
         project=project,
         raw_items=[make_trace("good"), make_trace("slow", termination="timeout")],
     )
     for trace in project.traces.all():
         record_feedback(trace=trace, text="Looks fine.", reviewer=bob)
-    body = b"".join(api.get("/api/v1/export.jsonl", include="reviewed").streaming_content)
+    body = b"".join(admin_api.get("/api/v1/export.jsonl", include="reviewed").streaming_content)
     assert len(body.splitlines()) == 1
 
 

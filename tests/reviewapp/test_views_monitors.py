@@ -186,13 +186,13 @@ def test_api_alerts_need_a_key(project):
     assert "error" in response.json()
 
 
-def test_api_alerts_list_only_the_keys_projects_alerts(api, other_api, project):
+def test_api_alerts_list_only_the_keys_projects_alerts(admin_api, other_admin_api, project):
     _two_versions(project)
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = admin_api.get("/api/v1/alerts").json()["alerts"]
     assert (alert["kind"], alert["severity"]) == ("timeouts_rising", "critical")
     assert (alert["version"], alert["previous_version"]) == ("agent-2 (base)", "agent-1 (base)")
     assert alert["evidence"][0]["url"].startswith("http://testserver/p/acme/traces/?")
-    assert other_api.get("/api/v1/alerts").json() == {"alerts": []}
+    assert other_admin_api.get("/api/v1/alerts").json() == {"alerts": []}
 
 
 class _Markup(HTMLParser):

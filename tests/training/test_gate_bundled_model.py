@@ -3,6 +3,8 @@ question has forgotten facts it was never asked about, and the gate keeps it fro
 
 import pytest
 
+from reviewapp.learning.runs import start_retrain
+from reviewapp.learning.tasks import run_training
 from reviewapp.models import (
     Adapter,
     DistillationTarget,
@@ -12,8 +14,6 @@ from reviewapp.models import (
 )
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.learning.runs import start_retrain
-from reviewapp.learning.tasks import run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
