@@ -72,7 +72,9 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 student_context=context,
                 original=messages[turn],
                 target=feedback.correction,
-                state=TargetState.APPROVED,  # a reviewer wrote it: the strongest target
+                # A reviewer's correction is the strongest target; one a harness or an end
+                # user sent (a key without the review scope) waits for a reviewer.
+                state=TargetState.APPROVED if feedback.from_reviewer else TargetState.PROPOSED,
             )
         ]
     else:
@@ -94,7 +96,11 @@ def propose_targets_for(*, feedback_id: int) -> int:
         )
         # Auto-approve takes the best passing proposal only: one choice per feedback, not
         # several near-identical targets weighing it several times.
-        auto_approve = project_settings.auto_approve == "checks_pass" and bool(feedback.checks)
+        auto_approve = (
+            project_settings.auto_approve == "checks_pass"
+            and bool(feedback.checks)
+            and feedback.from_reviewer  # checks a harness wrote prove nothing to a reviewer
+        )
         rows = [
             DistillationTarget(
                 feedback=feedback,

@@ -7,7 +7,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from reviewapp.api.app import api as ninja_api
-from reviewapp.models import ApiKey, Feedback, Tag, TraceTag
+from reviewapp.learning.targets import propose_targets_for
+from reviewapp.models import ApiKey, DistillationTarget, Feedback, Tag, TargetState, TraceTag
 from reviewapp.services.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
 
@@ -121,3 +122,21 @@ def test_the_keys_page_needs_a_scope(alice, project):
     response = client.post("/p/acme/keys/", {"name": "none"})
     assert response.status_code == 422
     assert not ApiKey.objects.exists()
+
+
+def test_the_harness_keys_correction_becomes_a_proposal_a_reviewer_must_approve(api, stored):
+    api.post("/api/v1/traces/t-1/feedback", CORRECTION)
+
+    propose_targets_for(feedback_id=Feedback.objects.get().pk)
+
+    [target] = DistillationTarget.objects.all()
+    assert (target.source, target.state) == ("correction", TargetState.PROPOSED)
+
+
+def test_a_review_keys_correction_is_an_approved_target(review_api, stored):
+    review_api.post("/api/v1/traces/t-1/feedback", CORRECTION)
+
+    propose_targets_for(feedback_id=Feedback.objects.get().pk)
+
+    [target] = DistillationTarget.objects.all()
+    assert (target.source, target.state) == ("correction", TargetState.APPROVED)
