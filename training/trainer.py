@@ -421,6 +421,12 @@ def _save_checkpoint(
     return final
 
 
+def checkpoint_loss_curve(checkpoint: Path) -> list[float]:
+    """The loss per optimizer step up to a checkpoint: what a resumed run's curve starts with."""
+    state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
+    return list(state["loss_curve"])
+
+
 def _load_checkpoint(
     checkpoint: Path, model: PeftModel, optimizer: torch.optim.Optimizer, config: TrainingConfig
 ) -> tuple[int, list[float], int]:

@@ -58,7 +58,7 @@ def _execute(run: TrainingRun) -> str:
     from training.adapters import write_adapter
     from training.base_models import resolve_base_model
     from training.replay import base_replay_examples
-    from training.trainer import add_lora, load_base_model, train
+    from training.trainer import add_lora, checkpoint_loss_curve, load_base_model, train
 
     project = run.project
     config = TrainingConfig.from_json(json.dumps(run.config))
@@ -85,8 +85,11 @@ def _execute(run: TrainingRun) -> str:
     )
     model = add_lora(base, config)
     move(run.pk, source=RunStatus.BUILDING, target=RunStatus.TRAINING)
-    reporter = _RunReporter(run.pk)
     checkpoints = checkpoint_dir(run)
+    resume_from = _latest_checkpoint(checkpoints)
+    reporter = _RunReporter(run.pk)
+    if resume_from is not None:  # the live curve continues the dead worker's
+        reporter.loss_curve = [round(loss, 5) for loss in checkpoint_loss_curve(resume_from)]
     result = train(
         model,
         tokenizer,
@@ -96,7 +99,7 @@ def _execute(run: TrainingRun) -> str:
         on_progress=reporter.progress,
         should_stop=reporter.should_stop,
         checkpoint_dir=checkpoints if config.save_every_steps else None,
-        resume_from=_latest_checkpoint(checkpoints),
+        resume_from=resume_from,
     )
     if result.stopped:
         move(run.pk, source=RunStatus.TRAINING, target=RunStatus.CANCELLED)

@@ -425,7 +425,7 @@ def project_key(private_postgres) -> str:
          "import django; django.setup()\n"
          "from reviewapp.services.projects import create_api_key, create_project\n"
          f"print(create_api_key(project=create_project(slug='{PROJECT_SLUG}'), "
-         "scopes=['ingest', 'admin'])[1])"],
+         "scopes=['ingest', 'review', 'admin'])[1])"],  # a reviewer's corrections too
         cwd=REPO_ROOT, env=environment, check=True, timeout=120, capture_output=True, text=True,
     )  # fmt: skip
     return created.stdout.strip().splitlines()[-1]

@@ -137,8 +137,8 @@ def test_worker_killed_mid_training_resumes_the_run_from_its_checkpoint(
     )
     assert "resumed after its worker stopped reporting" in worker.tail(1_000_000)
     # Its loss curve continues the dead worker's: it did not start again from step 1.
-    resumed_steps = wait_for(
-        lambda: stack.scalar(
+    [(resumed_steps,)] = wait_for(
+        lambda: stack.query(
             "SELECT jsonb_array_length(loss_curve) FROM reviewapp_trainingrun WHERE id = %s "
             "AND status = 'training' AND attempts = 2 AND (progress->>'step')::int > %s",
             run_id,
