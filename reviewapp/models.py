@@ -210,6 +210,7 @@ class FeedbackStatus(models.TextChoices):
     OPEN = "open"  # waiting to become targets
     USED = "used"  # targets were built from it
     DISMISSED = "dismissed"
+    FAILED = "failed"  # the model could not use it (failure_reason says why); an admin retries
 
 
 class Feedback(models.Model):
@@ -240,6 +241,8 @@ class Feedback(models.Model):
     status = models.CharField(
         max_length=16, choices=FeedbackStatus.choices, default=FeedbackStatus.OPEN
     )
+    # Why the model could not use it (status failed): too long for its context, a teacher error.
+    failure_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     # sha256 of (anchor, author, text, rating, correction, checks): a resent feedback is one row.
     content_hash = models.CharField(max_length=64)

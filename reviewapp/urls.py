@@ -38,6 +38,11 @@ urlpatterns = [
         traces.feedback_delete,
         name="feedback_delete",
     ),
+    path(
+        f"{project}traces/<int:trace_id>/feedback/<int:feedback_id>/retry/",
+        traces.feedback_retry,
+        name="feedback_retry",
+    ),
     path(f"{project}traces/<int:trace_id>/similar/", triage.trace_similar, name="trace_similar"),
     path(
         f"{project}traces/<int:trace_id>/similar/apply/",

@@ -20,14 +20,20 @@ from reviewapp.models import (
     KeyScope,
     Trace,
 )
+from reviewapp.project_settings import settings_for
 from reviewapp.services.similarity import similarity_between
 from reviewapp.tasks import after_traces_changed, embed_traces
 from training.checks import check_problem
+from training.text import message_text
 
 # Feedback becomes part of a teacher prompt and a correction becomes a training target: both must
 # fit a model's context. 8,000 characters is ~2,000 tokens; 32 KB holds a long answer or tool call.
 MAX_FEEDBACK_TEXT_LENGTH = 8_000
 MAX_CORRECTION_BYTES = 32_000
+# Tokens are estimated as characters / 3: the web process loads no tokenizer, and 3 characters a
+# token (code, JSON, non-English text; English runs near 4) rarely calls a context that overflows
+# a fit. A teacher call that still overflows is marked failed by the target task.
+CHARACTERS_PER_TOKEN = 3
 
 
 class FeedbackError(ValueError):
@@ -107,6 +113,74 @@ def _validated_checks(checks: list[dict], tools: list[dict]) -> list[dict]:
     return [{"kind": check["kind"], "value": check["value"]} for check in checks]
 
 
+def context_problem(*, feedback: Feedback) -> str:
+    """Why the model cannot learn from this feedback within its context, or "" when it fits.
+
+    The teacher sees the student context plus the feedback and writes the turn again; the
+    trainer leaves out any sequence longer than the project's `max_seq_len`.
+    """
+    messages = feedback.trace.body_json()["messages"]
+    turn = feedback.turn
+    if turn is None:  # about the whole trace: the last assistant turn, as the target task reads it
+        turn = max(
+            (i for i, message in enumerate(messages) if message.get("role") == "assistant"),
+            default=len(messages),
+        )
+    characters = len(feedback.text) + sum(
+        len(message_text(message)) + len(orjson.dumps(message.get("tool_calls") or []))
+        for message in messages[: turn + 1]
+    )
+    tokens = characters // CHARACTERS_PER_TOKEN
+    limit = settings_for(feedback.trace.project).training_config(mode="sft").max_seq_len
+    if tokens <= limit:
+        return ""
+    return (
+        f"too long for the model's context: the conversation up to turn {turn} and the "
+        f"feedback are about {tokens} tokens (characters / {CHARACTERS_PER_TOKEN}), "
+        f"over the {limit} the model trains on (max_seq_len)"
+    )
+
+
+def mark_feedback_failed(*, feedback_id: int, reason: str) -> bool:
+    """Record that the model could not use an open feedback, and why; False when it was not open.
+
+    The target task calls it when the teacher fails; an admin's retry reopens it.
+    """
+    return bool(
+        Feedback.objects.filter(pk=feedback_id, status=FeedbackStatus.OPEN).update(
+            status=FeedbackStatus.FAILED, failure_reason=reason
+        )
+    )
+
+
+def _ask_for_targets(feedback: Feedback) -> None:
+    # Late: the learning tasks import the models.
+    from reviewapp.learning.tasks import propose_targets_for_feedback
+
+    propose_targets_for_feedback.delay_on_commit(feedback.pk)
+
+
+@transaction.atomic
+def retry_feedback(*, feedback: Feedback) -> bool:
+    """Reopen a failed feedback and ask for its targets again; False when it still cannot be used
+    (its reason is refreshed) or it was not failed."""
+    problem = context_problem(feedback=feedback)
+    if problem:
+        Feedback.objects.filter(pk=feedback.pk, status=FeedbackStatus.FAILED).update(
+            failure_reason=problem
+        )
+        feedback.failure_reason = problem
+        return False
+    reopened = Feedback.objects.filter(pk=feedback.pk, status=FeedbackStatus.FAILED).update(
+        status=FeedbackStatus.OPEN, failure_reason=""
+    )
+    if not reopened:
+        return False
+    feedback.status, feedback.failure_reason = FeedbackStatus.OPEN, ""
+    _ask_for_targets(feedback)
+    return True
+
+
 def _feedback_hash(**fields: Any) -> str:
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -179,10 +253,12 @@ def record_feedback(
             )
     except IntegrityError:  # the same feedback sent twice at once
         return Feedback.objects.get(trace=trace, content_hash=content_hash), False
-    # Late: the learning tasks import the models.
-    from reviewapp.learning.tasks import propose_targets_for_feedback
-
-    propose_targets_for_feedback.delay_on_commit(feedback.pk)
+    problem = context_problem(feedback=feedback)
+    if problem:  # stored and shown, so the writer learns why nothing comes of it
+        mark_feedback_failed(feedback_id=feedback.pk, reason=problem)
+        feedback.status, feedback.failure_reason = FeedbackStatus.FAILED, problem
+    else:
+        _ask_for_targets(feedback)
     embed_traces.delay_on_commit([trace.pk])  # a trace's text for similarity includes feedback
     return feedback, True
 

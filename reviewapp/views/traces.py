@@ -14,10 +14,16 @@ from reviewapp.forms import FeedbackForm
 from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Tag, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
-from reviewapp.services.feedback import FeedbackError, delete_feedback, record_feedback
+from reviewapp.services.feedback import (
+    FeedbackError,
+    delete_feedback,
+    record_feedback,
+    retry_feedback,
+)
 from reviewapp.services.queues import blinds_reviewer
 from reviewapp.services.review import toggle_tag
 from reviewapp.views.access import (
+    get_admin_membership_for_user,
     get_membership_for_user,
     get_reviewer_membership_for_user,
     get_trace_for_membership,
@@ -195,3 +201,23 @@ def feedback_delete(
     if request.htmx:
         return render(request, "traces/detail.html#feedback-panel", context)
     return redirect("trace_detail", slug=slug, trace_id=trace.pk)
+
+
+@require_POST
+@login_required
+def feedback_retry(
+    request: HttpRequest, slug: str, trace_id: int, feedback_id: int
+) -> HttpResponse:
+    """An admin asks again for targets from a feedback the model could not use."""
+    membership = get_admin_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
+    if feedback is not None:
+        retry_feedback(feedback=feedback)  # one still too long stays failed, its reason shown
+    context = {
+        **_review_context(request, membership, trace),
+        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
+    }
+    if request.htmx:
+        return render(request, "traces/detail.html#feedback-panel", context)
+    return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
