@@ -1,9 +1,11 @@
 """Every API error is JSON `{"error": <code>, "detail": <what to fix>}`; nothing becomes a 500."""
 
 import logging
+import zlib
 from http import HTTPStatus
 
 import orjson
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -23,8 +25,49 @@ def error_response(status: int, detail: str, error: str | None = None) -> JsonRe
     return JsonResponse({"error": code, "detail": detail}, status=status)
 
 
-class InvalidJson(ValueError):
-    pass
+class InvalidBody(ValueError):
+    """A body that cannot be read as sent; `status` and `code` say how to answer."""
+
+    status = 400
+    code = "invalid_request"
+
+
+class InvalidJson(InvalidBody):
+    code = "invalid_json"
+
+
+class InvalidGzip(InvalidBody):
+    code = "invalid_gzip"
+
+
+class UnsupportedEncoding(InvalidBody):
+    status = 415
+    code = "unsupported_encoding"
+
+
+def decoded_body(request: HttpRequest) -> bytes:
+    """The body with its Content-Encoding (gzip or none) undone, within the ingest size limit."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        return request.body
+    if encoding != "gzip":
+        raise UnsupportedEncoding(
+            f"Content-Encoding {encoding!r} is not supported; send gzip or no Content-Encoding"
+        )
+    limit = settings.INGEST_MAX_BODY_BYTES
+    # wbits 16 + MAX_WBITS: the gzip container; max_length stops a small bomb from filling memory
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        body = decompressor.decompress(request.body, limit + 1)
+    except zlib.error as error:
+        raise InvalidGzip(
+            f"Content-Encoding is gzip but the body is not valid gzip ({error})"
+        ) from None
+    if len(body) > limit:
+        raise RequestDataTooBig
+    if not decompressor.eof:
+        raise InvalidGzip("Content-Encoding is gzip but the gzip body is truncated")
+    return body
 
 
 def describe_json_error(body: bytes, error: orjson.JSONDecodeError) -> str:
@@ -38,7 +81,7 @@ class StrictJsonParser(Parser):
     """orjson: fast, and it refuses NaN/Infinity, lone surrogates and runaway nesting."""
 
     def parse_body(self, request: HttpRequest):
-        body = request.body
+        body = decoded_body(request)
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as error:
@@ -49,8 +92,9 @@ def install_error_handlers(api: NinjaAPI) -> None:
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         # ninja wraps parser failures in a generic 400; the cause says what was wrong.
-        if isinstance(exc.__cause__, InvalidJson):
-            return error_response(400, str(exc.__cause__), "invalid_json")
+        if isinstance(exc.__cause__, InvalidBody):
+            cause = exc.__cause__
+            return error_response(cause.status, str(cause), cause.code)
         if isinstance(exc.__cause__, RequestDataTooBig):
             return body_too_large()
         return error_response(exc.status_code, str(exc))

@@ -1,8 +1,9 @@
-"""OTLP/HTTP JSON trace exports of OpenTelemetry GenAI spans -> Apprentice trace dicts.
+"""OTLP/HTTP trace exports of OpenTelemetry GenAI spans -> Apprentice trace dicts.
 
-Pure: takes the decoded request body (the `ExportTraceServiceRequest` JSON mapping) and returns
-plain dicts shaped like the ingest API's Trace item. Every malformed field raises `OtlpError`
-naming its path, so the caller can answer 400 without catching anything else.
+Pure: takes the decoded request body (the `ExportTraceServiceRequest` JSON mapping; a protobuf
+body is first turned into that mapping by `otlp_json_from_protobuf`) and returns plain dicts
+shaped like the ingest API's Trace item. Every malformed field raises `OtlpError` naming its
+path, so the caller can answer 400 without catching anything else.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from training.text import TEXT_PART_KEYS, content_text
 
@@ -79,6 +84,35 @@ class _Span:
 
     def str_attribute(self, key: str) -> str | None:
         return _optional_str(self.attributes.get(key), self.attribute_path(key))
+
+
+def otlp_json_from_protobuf(body: bytes) -> dict:
+    """A binary `ExportTraceServiceRequest` as the OTLP JSON mapping `traces_from_otlp` reads.
+
+    The official OTLP rules for JSON: enums as integers, trace and span ids as hex (protobuf's
+    own JSON mapping would write those bytes fields as base64).
+    """
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except DecodeError as error:
+        raise OtlpError(
+            f"request body: not a protobuf ExportTraceServiceRequest ({error})"
+        ) from None
+    payload = json_format.MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in payload.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                _ids_to_hex(span)
+                for link in span.get("links", ()):
+                    _ids_to_hex(link)
+    return payload
+
+
+def _ids_to_hex(obj: dict) -> None:
+    for key in ("traceId", "spanId", "parentSpanId"):
+        if key in obj:
+            obj[key] = base64.b64decode(obj[key]).hex()
 
 
 def traces_from_otlp(payload: dict) -> list[dict]:
