@@ -103,11 +103,12 @@ def destination_for(
     """The alias goes to the primary route, or to the canary for its share; the base model's
     names go to the base and the project's own adapters by name. Any other name is None: a
     shared model server also serves other projects' adapters, which this key may not call."""
-    if requested_model in project.adapters:
-        return Destination(project.upstream_url, requested_model, requested_model)
-    if requested_model in (project.base_upstream_model, project.base_model):
-        return Destination(project.upstream_url, project.base_upstream_model, "")
+    # The alias first: by default it is also the base model's name, and it must follow the route.
     if requested_model != project.served_model:
+        if requested_model in project.adapters:
+            return Destination(project.upstream_url, requested_model, requested_model)
+        if requested_model in (project.base_upstream_model, project.base_model):
+            return Destination(project.upstream_url, project.base_upstream_model, "")
         return None
     target = project.primary
     share = project.canary_share if project.canary else 0

@@ -3,11 +3,12 @@ other projects' adapters (named <slug>-v<N>), which another project's key must n
 
 import orjson
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import forget_cached_routes
-from reviewapp.models import Adapter, ModelCall
+from reviewapp.models import Adapter, ModelCall, ModelRoute
 from reviewapp.services.projects import create_api_key, create_project
 from tests.fake_upstream import FakeUpstream
 
@@ -79,3 +80,28 @@ async def test_a_key_without_the_ingest_scope_cannot_use_the_gateway(projects):
     response = await chat(projects["acme_admin_key"], "acme-agent")
     assert response.status_code == 403
     assert orjson.loads(response.content)["error"]["code"] == "insufficient_scope"
+
+
+async def test_an_alias_that_is_also_the_base_models_name_follows_the_route(upstream):
+    """By default a project's alias and its base model have the same name: the alias must still
+    go where the route says (the deployed adapter), not to the base."""
+    forget_cached_routes()
+    project = await create_project_async(upstream.url)
+    await ModelRoute.objects.acreate(project=project, primary="plain-v1")
+    key = await sync_to_async(create_api_key)(project=project)
+
+    response = await chat(key[1], project.served_model)
+
+    assert project.served_model == project.base_model
+    assert response.status_code == 200
+    assert orjson.loads(response.content)["model"] == "plain-v1"
+    assert recorder.wait_until_idle(15)
+
+
+@sync_to_async
+def create_project_async(upstream_url: str):
+    project = create_project(slug="plain", upstream_url=upstream_url)
+    Adapter.objects.create(
+        project=project, version=1, name="plain-v1", path="/adapters/plain-v1", base_model="b"
+    )
+    return project
