@@ -15,6 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from reviewapp.gateway.conversation import StreamAssembler
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import Destination, GatewayProject, destination_for, project_for_key
+from reviewapp.gateway.tracecontext import trace_id_from_traceparent
 from reviewapp.models import KeyScope
 from reviewapp.services.calls import RecordedCall
 
@@ -130,6 +131,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return openai_error(
             400, "X-Trace-Id: at most 200 characters, no '/'", "invalid_request_error"
         )
+    # An OTel-instrumented harness names its trace here; OTLP ingest uses the same id, so the
+    # call and the harness's spans land in one trace.
+    trace_id = trace_id or trace_id_from_traceparent(request.headers.get("traceparent", "")) or ""
 
     destination = destination_for(project, body["model"])
     if destination is None:

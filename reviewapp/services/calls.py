@@ -21,7 +21,7 @@ class RecordedCall:
     request path."""
 
     project_id: int
-    trace_id_header: str  # X-Trace-Id as sent, "" when absent
+    trace_id_header: str  # X-Trace-Id as sent, else traceparent's trace id; "" when neither
     requested_model: str
     upstream_model: str
     adapter_version: str
