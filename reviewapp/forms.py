@@ -223,3 +223,14 @@ class MonitorForm(TraceFilterForm):
     bucket = forms.ChoiceField(
         choices=[("day", "per day"), ("hour", "per hour")], required=False, label="Over time"
     )
+
+
+class AddMemberForm(forms.Form):
+    """An existing user, by username, and the role they get in the project."""
+
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)

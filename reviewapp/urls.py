@@ -7,6 +7,7 @@ from reviewapp.gateway import views as gateway
 from reviewapp.views import (
     adapters,
     api_keys,
+    members,
     monitors,
     projects,
     queues,
@@ -58,6 +59,9 @@ urlpatterns = [
     path(f"{project}tags/", projects.tag_list, name="tag_list"),
     path(f"{project}keys/", api_keys.api_keys, name="api_keys"),
     path(f"{project}keys/<int:key_id>/revoke/", api_keys.api_key_revoke, name="api_key_revoke"),
+    path(f"{project}members/", members.members, name="members"),
+    path(f"{project}members/<int:member_id>/role/", members.member_role, name="member_role"),
+    path(f"{project}members/<int:member_id>/remove/", members.member_remove, name="member_remove"),
     path(f"{project}queues/", queues.queue_list, name="queue_list"),
     path(f"{project}queues/new/", queues.queue_create, name="queue_create"),
     path(f"{project}queues/<int:queue_id>/", queues.queue_detail, name="queue_detail"),

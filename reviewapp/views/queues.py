@@ -31,6 +31,7 @@ from reviewapp.services.queues import (
     with_progress,
 )
 from reviewapp.views.access import (
+    get_admin_membership_for_user,
     get_membership_for_user,
     get_reviewer_membership_for_user,
 )
@@ -76,7 +77,8 @@ def queue_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def queue_create(request: HttpRequest, slug: str) -> HttpResponse:
-    membership = get_reviewer_membership_for_user(request.user, slug)
+    # Admins manage queues (the role model); reviewers work them.
+    membership = get_admin_membership_for_user(request.user, slug)
     project = membership.project
     # Opened from the trace list, its query string pre-fills the filters.
     source = request.POST if request.method == "POST" else request.GET

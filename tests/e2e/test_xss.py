@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from playwright.sync_api import Page, expect
 
-from reviewapp.models import Trace
+from reviewapp.models import Membership, Trace
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.queues import build_queue, reserve_next_item
@@ -108,6 +108,8 @@ def payload_pages(project, bob) -> dict[str, str | None]:
 
     Maps each page to the payload it shows as plain text, for a trace's own page.
     """
+    # The queue form is an admin's page: bob reads every page here as an admin.
+    Membership.objects.filter(project=project, user=bob).update(role="admin")
     results = ingest_traces(
         project=project,
         raw_items=[payload_trace(index, payload) for index, payload in enumerate(PAYLOADS)],

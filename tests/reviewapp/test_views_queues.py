@@ -100,9 +100,9 @@ def external_id(item) -> str:
 # Building
 
 
-def test_it_prefills_the_create_form_from_the_trace_list_query(bob, traces):
+def test_it_prefills_the_create_form_from_the_trace_list_query(alice, traces):
     query = urlencode({"termination": "timeout", "q": "12", "sort": "oldest"})
-    response = logged_in(bob).get(f"/p/acme/queues/new/?{query}")
+    response = logged_in(alice).get(f"/p/acme/queues/new/?{query}")
     assert response.status_code == 200
     html = response.content.decode()
     assert '<option value="timeout" selected>' in html
@@ -110,8 +110,8 @@ def test_it_prefills_the_create_form_from_the_trace_list_query(bob, traces):
     assert "2 match" in html
 
 
-def test_it_builds_a_queue_from_the_filters_and_opens_it(bob, carol, traces):
-    response = logged_in(bob).post(
+def test_it_builds_a_queue_from_the_filters_and_opens_it(alice, carol, traces):
+    response = logged_in(alice).post(
         "/p/acme/queues/new/",
         {
             "name": "Timeouts",
@@ -127,7 +127,7 @@ def test_it_builds_a_queue_from_the_filters_and_opens_it(bob, carol, traces):
     assert [external_id(item) for item in queue.items.order_by("position")] == ["t-1", "t-3"]
     assert queue.filter_query == "termination=timeout&sort=oldest"
     assert list(queue.assignees.all()) == [carol]
-    assert queue.created_by == bob
+    assert queue.created_by == alice
 
 
 def test_a_sample_is_random_but_reproducible_with_a_seed(project, traces):
@@ -152,9 +152,9 @@ def test_a_sample_is_random_but_reproducible_with_a_seed(project, traces):
     assert {tuple(sampled(seed)) for seed in range(20)} != {tuple(first)}
 
 
-def test_it_refuses_a_queue_over_the_cap(bob, traces, monkeypatch):
+def test_it_refuses_a_queue_over_the_cap(alice, traces, monkeypatch):
     monkeypatch.setattr(queue_service, "MAX_QUEUE_ITEMS", 3)
-    response = logged_in(bob).post(
+    response = logged_in(alice).post(
         "/p/acme/queues/new/", {"name": "All", "reviewers_per_item": "1"}
     )
     assert response.status_code == 422
@@ -162,8 +162,8 @@ def test_it_refuses_a_queue_over_the_cap(bob, traces, monkeypatch):
     assert not Queue.objects.exists()
 
 
-def test_it_refuses_more_reviewers_per_item_than_assignees(bob, carol, traces):
-    response = logged_in(bob).post(
+def test_it_refuses_more_reviewers_per_item_than_assignees(alice, carol, traces):
+    response = logged_in(alice).post(
         "/p/acme/queues/new/", {"name": "x", "reviewers_per_item": "2", "assignees": [carol.pk]}
     )
     assert response.status_code == 422
@@ -181,6 +181,19 @@ def test_a_viewer_cannot_create_a_queue(victor, traces):
     response = client.post("/p/acme/queues/new/", {"name": "x", "reviewers_per_item": "1"})
     assert response.status_code == 403
     assert not Queue.objects.exists()
+
+
+def test_a_reviewer_cannot_create_a_queue(bob, traces):
+    client = logged_in(bob)
+    assert client.get("/p/acme/queues/new/").status_code == 403
+    response = client.post("/p/acme/queues/new/", {"name": "x", "reviewers_per_item": "1"})
+    assert response.status_code == 403
+    assert not Queue.objects.exists()
+
+
+def test_the_new_queue_button_shows_to_admins_only(alice, bob, traces):
+    assert "/p/acme/queues/new/" in logged_in(alice).get("/p/acme/queues/").content.decode()
+    assert "/p/acme/queues/new/" not in logged_in(bob).get("/p/acme/queues/").content.decode()
 
 
 # Looking at queues
