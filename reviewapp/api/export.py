@@ -32,6 +32,19 @@ def _line(messages: list[dict], tools: list[dict]) -> bytes:
     return orjson.dumps(record) + b"\n"
 
 
+def _before_the_lesson(context: list[dict]) -> list[dict]:
+    """The turns before a learned one, with each assistant turn at weight 0.
+
+    OpenAI fine-tuning trains on every assistant message unless its `weight` is 0; these turns
+    are what the model said before the one a reviewer corrected, often the same mistake, and
+    our own training learns only the corrected turn too.
+    """
+    return [
+        {**message, "weight": 0} if message.get("role") == "assistant" else message
+        for message in context
+    ]
+
+
 def _filtered_traces(project: Project, filters: ExportFilters) -> QuerySet[Trace]:
     traces = Trace.objects.filter(project=project)
     if filters.source:
@@ -52,7 +65,8 @@ def _export_lines(
     ).exclude(trace__termination__in=training_set.policy.excluded_terminations())
     for feedback in corrected.select_related("trace").order_by("id").iterator(chunk_size=200):
         body = feedback.trace.body_json()
-        yield _line([*body["messages"][: feedback.turn], feedback.correction], body["tools"])
+        context = _before_the_lesson(body["messages"][: feedback.turn])
+        yield _line([*context, feedback.correction], body["tools"])
     tools_by_trace: dict[int, list] = {}
     for target in training_set.targets:
         if target.source == "correction":  # exported above, from its feedback
@@ -60,7 +74,8 @@ def _export_lines(
         trace_id = target.feedback.trace_id
         if trace_id not in tools_by_trace:
             tools_by_trace[trace_id] = Trace.objects.get(pk=trace_id).body_json()["tools"]
-        yield _line([*target.student_context, target.target], tools_by_trace[trace_id])
+        context = _before_the_lesson(target.student_context)
+        yield _line([*context, target.target], tools_by_trace[trace_id])
     if filters.include == "reviewed":
         reviewed_good = (
             # A timed-out or tool-failed episode counts as a failure, whatever it reported.

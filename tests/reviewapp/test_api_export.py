@@ -1,5 +1,6 @@
 import orjson
 
+from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.models import Membership, TraceTag
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
@@ -24,8 +25,45 @@ def test_a_correction_exports_the_context_and_the_corrected_turn(admin_api, proj
     )  # fmt: skip
     [line] = lines(admin_api.get(URL))
     assert line["messages"][-1] == {"role": "assistant", "content": "84."}
-    assert line["messages"][:-1] == make_trace("t-1")["messages"][:4]
+    assert [message["content"] for message in line["messages"][:-1]] == [
+        message["content"] for message in make_trace("t-1")["messages"][:4]
+    ]
     assert line["tools"][0]["function"]["name"] == "calculator"
+
+
+def test_assistant_turns_before_a_correction_have_weight_zero(admin_api, project):
+    ingest_traces(project=project, raw_items=[make_trace("t-1")])
+    record_feedback(
+        trace=project.traces.get(), text="Lead with the number.", turn=4,
+        correction={"role": "assistant", "content": "84."},
+    )  # fmt: skip
+    [line] = lines(admin_api.get(URL))
+    weights = [(message["role"], message.get("weight")) for message in line["messages"]]
+    assert weights == [
+        ("system", None),
+        ("user", None),
+        ("assistant", 0),  # the tool call before the corrected turn
+        ("tool", None),
+        ("assistant", None),  # the correction: trained on (OpenAI's default weight, 1)
+    ]
+
+
+def test_assistant_turns_before_a_teacher_target_have_weight_zero(admin_api, project):
+    ingest_traces(project=project, raw_items=[make_trace("t-1")])
+    feedback, _ = record_feedback(trace=project.traces.get(), text="Lead with the number.", turn=4)
+    messages = make_trace("t-1")["messages"]
+    DistillationTarget.objects.create(
+        feedback=feedback,
+        turn=4,
+        source="hint",
+        student_context=messages[:4],
+        original=messages[4],
+        target={"role": "assistant", "content": "84: 12 * 7."},
+        state=TargetState.APPROVED,
+    )
+    [line] = lines(admin_api.get(URL))
+    assert line["messages"][2]["weight"] == 0
+    assert line["messages"][-1] == {"role": "assistant", "content": "84: 12 * 7."}
 
 
 def test_reviewed_successes_are_exported_when_asked(admin_api, project, django_user_model):
