@@ -79,6 +79,7 @@ class ApiKey(models.Model):
 
 class Termination(models.TextChoices):
     COMPLETED = "completed"
+    TRUNCATED = "truncated"  # a reply was cut at max_tokens (finish_reason "length")
     TIMEOUT = "timeout"
     TOOL_ERROR = "tool_error"
     MAX_STEPS = "max_steps"
@@ -355,6 +356,7 @@ class QueueReview(models.Model):
 
 class CallTermination(models.TextChoices):
     COMPLETED = "completed"
+    TRUNCATED = "truncated"  # answered, but cut at max_tokens (finish_reason "length")
     ERROR = "error"  # the upstream answered with an error or could not be reached
     TIMEOUT = "timeout"  # the upstream did not answer in time
     CLIENT_DISCONNECTED = "client_disconnected"

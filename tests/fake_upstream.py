@@ -4,7 +4,8 @@ purpose. The real vLLM CPU server is what the slow tests use (tests/reviewapp/te
 
 Behaviour by requested model name: "slow-model" waits 3 s; "broken-model" answers 500;
 "drip-model" streams one chunk every 0.3 s for 20 chunks. Anything else echoes the last user
-message. Every request it receives is kept in `requests` (headers and body) for assertions.
+message, cut at `max_tokens` words (finish_reason "length") when the request sets it.
+Every request it receives is kept in `requests` (headers and body) for assertions.
 """
 
 import asyncio
@@ -72,11 +73,20 @@ class FakeUpstream:
         users = [m for m in payload.get("messages", []) if m.get("role") == "user"]
         return "echo: " + (users[-1]["content"] if users else "")
 
+    def _limited_answer(self, payload: dict) -> tuple[str, str]:
+        """The answer and its finish_reason; one word counts as one token."""
+        words = self._answer(payload).split(" ")
+        limit = payload.get("max_tokens")
+        if isinstance(limit, int) and len(words) > limit:
+            return " ".join(words[:limit]), "length"
+        return " ".join(words), "stop"
+
     def _completion(self, payload: dict) -> dict:
+        text, finish_reason = self._limited_answer(payload)
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": self._answer(payload)},
-            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": finish_reason,
         }
         if payload.get("return_token_ids"):
             choice["token_ids"] = [11, 12, 13]
@@ -108,12 +118,13 @@ class FakeUpstream:
             }
         )
         drip = payload.get("model") == "drip-model"
-        text = self._answer(payload)
+        text, finish_reason = self._limited_answer(payload)
         pieces = [text[i : i + 4] for i in range(0, len(text), 4)] if not drip else ["x"] * 20
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": payload["model"]}
         chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
         chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
-        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        done = {"index": 0, "delta": {}, "finish_reason": finish_reason}
+        chunks.append({**base, "choices": [done]})
         for chunk in chunks:
             if drip:
                 await asyncio.sleep(0.3)

@@ -50,6 +50,16 @@ def openai_error(
     )
 
 
+def answered_termination(response: dict | None) -> str:
+    """How an answered call ended: `truncated` when a reply was cut at max_tokens."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if isinstance(choices, list) and any(
+        isinstance(choice, dict) and choice.get("finish_reason") == "length" for choice in choices
+    ):
+        return "truncated"
+    return "completed"
+
+
 class DatabaseUnavailable(Exception):
     """The key could not be checked: the database is away and this process never saw it."""
 
@@ -243,7 +253,7 @@ class _Call:
         self.record(
             response=parsed,
             status=upstream.status_code,
-            termination="completed" if ok else "error",
+            termination=answered_termination(parsed) if ok else "error",
             error="" if ok else upstream.text[:2000],
         )
         return HttpResponse(
@@ -297,7 +307,7 @@ class _Call:
                     self.first_byte = time.perf_counter()
                 assembler.feed(chunk)
                 yield chunk
-            termination = "completed"
+            termination = answered_termination(assembler.response())
         except httpx.TimeoutException as exc:
             termination, error = "timeout", repr(exc)
         except httpx.HTTPError as exc:

@@ -204,7 +204,14 @@ def _termination(spans: list[_Span], *, has_output: bool) -> str:
         return "tool_error"
     if fatal:
         return "error"
+    if any("length" in _finish_reasons(span) for span in spans if span.kind == "llm"):
+        return "truncated"  # a reply was cut at max_tokens
     return "completed" if has_output else "unknown"
+
+
+def _finish_reasons(span: _Span) -> list:
+    reasons = span.attributes.get("gen_ai.response.finish_reasons")
+    return [reasons] if isinstance(reasons, str) else reasons if isinstance(reasons, list) else []
 
 
 def _recovered(failed: _Span, spans: list[_Span]) -> bool:

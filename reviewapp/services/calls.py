@@ -90,6 +90,7 @@ def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
 def _trace_termination(call: RecordedCall) -> str:
     return {
         "completed": Termination.COMPLETED,
+        "truncated": Termination.TRUNCATED,
         "timeout": Termination.TIMEOUT,
         "client_disconnected": Termination.CLIENT_DISCONNECTED,
     }.get(call.termination, Termination.ERROR)
@@ -160,7 +161,10 @@ def _update_trace(trace: Trace, call: RecordedCall, messages: list[dict], tools:
     trace.tail_hash = conversation_hash(messages)
     trace.model = call.requested_model[:200]
     trace.adapter_version = call.adapter_version
-    trace.termination = _trace_termination(call)
+    termination = _trace_termination(call)
+    # A reply cut at max_tokens marks the episode: a later call that completes does not hide it.
+    if not (termination == Termination.COMPLETED and trace.termination == Termination.TRUNCATED):
+        trace.termination = termination
     trace.message_count = len(messages)
     trace.tool_call_count = sum(len(m.get("tool_calls") or ()) for m in messages)
     trace.preview = preview_text(messages)

@@ -139,6 +139,11 @@ class GroupStats:
         return _rate(self.terminations.get(Termination.TIMEOUT, 0), self.traces)
 
     @property
+    def truncated_rate(self) -> float | None:
+        """Replies cut at max_tokens: like timeouts, an environment limit the model can learn."""
+        return _rate(self.terminations.get(Termination.TRUNCATED, 0), self.traces)
+
+    @property
     def tool_error_termination_rate(self) -> float | None:
         return _rate(self.terminations.get(Termination.TOOL_ERROR, 0), self.traces)
 

@@ -88,6 +88,7 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
              url(termination=Termination.TOOL_ERROR)),
         Cell(_percent(group.tool_error_termination_rate), url(termination=Termination.TOOL_ERROR)),
         Cell(_percent(group.timeout_rate), url(termination=Termination.TIMEOUT)),
+        Cell(_percent(group.truncated_rate), url(termination=Termination.TRUNCATED)),
         Cell(_percent(group.rate_of(excluded)) if excluded else "0% (keeps all)",
              url(termination=list(excluded)) if excluded else ""),
         Cell(_number(body.words_per_answer, 1), url()),
@@ -102,7 +103,8 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
 
 VERSION_COLUMNS = [
     "Version", "Traces", "Tool-call errors (sampled)", "Ended in tool error", "Timeouts",
-    "Excluded by policy", "Words per answer (sampled)", "Completion tokens", "Tool calls / trace",
+    "Cut at max_tokens", "Excluded by policy", "Words per answer (sampled)", "Completion tokens",
+    "Tool calls / trace",
     "Success", "Reward", "With feedback", "Bodies sampled",
 ]  # fmt: skip
 

@@ -34,6 +34,17 @@ from reviewapp.views.queues import queue_context
 PAGE_SIZE = 50
 # The first messages render with the page; the rest arrive in chunks as the reader scrolls.
 MESSAGES_PER_CHUNK = 200
+# The trace page's table of gateway calls: what each call returned, never its bodies.
+CALL_FIELDS = (
+    "turn_index",
+    "status_code",
+    "finish_reason",
+    "termination",
+    "error",
+    "latency_ms",
+    "completion_tokens",
+)
+MAX_CALLS_SHOWN = 500
 
 
 @login_required
@@ -123,6 +134,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
     turns = conversation(messages)
     chunk = turns[start : start + MESSAGES_PER_CHUNK]
     more_from = start + MESSAGES_PER_CHUNK if start + MESSAGES_PER_CHUNK < len(turns) else None
+    calls = list(trace.calls.order_by("id").only(*CALL_FIELDS)[:MAX_CALLS_SHOWN])
     context = {
         **_review_context(request, membership, trace),
         "turns": chunk,
@@ -135,6 +147,12 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
             else None
         ),
         "feedback_form": FeedbackForm(turns=turns),
+        "calls": calls,
+        # The last call that failed says why an error trace ended: status and message.
+        "failed_call": next(
+            (call for call in reversed(calls) if call.error or (call.status_code or 0) >= 400),
+            None,
+        ),
         **queue_context(request, membership, trace),  # opened from a queue: ?queue=&item=
     }
     if request.htmx and start:
