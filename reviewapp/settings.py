@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "csp",
     "template_partials",
     "axes",
+    "ninja",  # /api/v1/docs: Swagger UI from ninja's own static files, not a CDN
     "reviewapp",
 ]
 
