@@ -79,6 +79,10 @@ class TrainingConfig:
     # A checkpoint every N optimizer steps (0: none): a run whose worker dies resumes from the
     # last one, and the gate can choose among them.
     save_every_steps: int = Field(8, ge=0)
+    # Adapters the gate may choose among: the final one, then earlier checkpoints (at least
+    # save_every_steps before it), tried in that order until one passes; an earlier one has
+    # learned less and forgotten less.
+    gate_candidates: int = Field(2, ge=1)
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
     held_out_fraction: float = Field(0.2, ge=0.0, lt=1.0)

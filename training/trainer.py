@@ -25,7 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft import (
+    LoraConfig,
+    PeftModel,
+    get_peft_model,
+    get_peft_model_state_dict,
+    set_peft_model_state_dict,
+)
 from safetensors.torch import load_file
 from transformers import (
     AutoModelForCausalLM,
@@ -419,6 +425,24 @@ def _save_checkpoint(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return final
+
+
+def adapter_weights(model: PeftModel) -> dict[str, torch.Tensor]:
+    """A copy of the adapter's weights, to put back with `load_adapter_weights`."""
+    return {
+        name: tensor.detach().clone() for name, tensor in get_peft_model_state_dict(model).items()
+    }
+
+
+def load_adapter_weights(model: PeftModel, weights: dict[str, torch.Tensor] | Path) -> None:
+    """Put adapter weights (a copy, or a checkpoint's) into the model in place."""
+    if isinstance(weights, Path):
+        weights = load_file(weights / "adapter_model.safetensors")
+    set_peft_model_state_dict(model, weights)
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.removeprefix("step-"))
 
 
 def checkpoint_loss_curve(checkpoint: Path) -> list[float]:

@@ -107,12 +107,22 @@ def _execute(run: TrainingRun) -> str:
         return RunStatus.CANCELLED
 
     move(run.pk, source=RunStatus.TRAINING, target=RunStatus.EVALUATING)
+    report, candidates = _choose_candidate(
+        model,
+        tokenizer,
+        config,
+        result,
+        evaluate=lambda: _evaluate(model, tokenizer, targets, held_out, tools, good_traces),
+        thresholds=settings_for(project).gate_thresholds(),
+    )
     metrics = {
         # What was stored when the run was created (the training-data accounting) stays.
         **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
-        **_evaluate(model, tokenizer, targets, held_out, tools, good_traces),
+        **report,
+        "candidates": candidates,
         "train": {
             "steps": result.steps,
+            "chosen_step": next(c["step"] for c in candidates if c["chosen"]),
             "tokens": result.tokens,
             "seconds": round(result.seconds, 1),
             "skipped": result.skipped,
@@ -146,6 +156,52 @@ def _execute(run: TrainingRun) -> str:
         )
         TrainingRun.objects.filter(pk=run.pk).update(metrics=metrics, loss_curve=result.loss_curve)
     return _gate_and_deploy(run, adapter, metrics)
+
+
+def _choose_candidate(model, tokenizer, config, result, *, evaluate, thresholds):
+    """Evaluate the final adapter, then earlier checkpoints, until one passes the gate; the
+    model is left holding the chosen one (the final one when none passes). Returns the chosen
+    one's report and a row per candidate tried, for the run page."""
+    from training.gate import gate_decision
+    from training.trainer import adapter_weights, checkpoint_step, load_adapter_weights
+
+    earlier = sorted(
+        (
+            c
+            for c in result.checkpoints
+            if checkpoint_step(c) <= result.steps - config.save_every_steps
+        ),
+        key=checkpoint_step,
+        reverse=True,
+    )
+    final = adapter_weights(model)
+    tried: list[tuple[int, dict, bool, str]] = []
+    for step, weights in [(result.steps, None), *((checkpoint_step(c), c) for c in earlier)]:
+        if len(tried) == config.gate_candidates:
+            break
+        if weights is not None:
+            load_adapter_weights(model, weights)
+        report = evaluate()
+        passes, reason = gate_decision(report, thresholds)
+        tried.append((step, report, passes, reason))
+        if passes:
+            break
+    chosen = next((row for row in tried if row[2]), tried[0])
+    if chosen[0] != tried[-1][0]:  # none passed: keep the final adapter, for inspection
+        load_adapter_weights(model, final)
+    candidates = [
+        {
+            "step": step,
+            "chosen": step == chosen[0],
+            "passed": passes,
+            "reason": reason,
+            "feedback_items": report["feedback_items"],
+            "held_out": (report.get("held_out") or {}).get("summary"),
+            "regression": report["regression"]["summary"],
+        }
+        for step, report, passes, reason in tried
+    ]
+    return chosen[1], candidates
 
 
 def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:

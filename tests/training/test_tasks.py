@@ -287,3 +287,38 @@ def test_the_forgetting_guard_trains_on_the_replay_set(project, approved, weight
     # the replay set's tokens (more tokens per step), with it off only the target's.
     tokens_per_step = run.metrics["train"]["tokens"] / run.metrics["train"]["steps"]
     assert (tokens_per_step > 20) is (weight > 0)
+
+
+def test_when_the_final_adapter_fails_the_gate_an_earlier_checkpoint_is_tried(project, approved):
+    project.settings = {
+        **project.settings,
+        "training": {**project.settings["training"], "min_steps": 6, "save_every_steps": 2},
+        "gate": {"min_fixed_fraction": 1},  # a tiny random model fixes nothing: none passes
+    }
+    project.save()
+    run = start_retrain(project=project)
+
+    assert run_training(run.pk) == RunStatus.GATE_FAILED
+
+    run.refresh_from_db()
+    candidates = run.metrics["candidates"]
+    assert [(c["step"], c["chosen"], c["passed"]) for c in candidates] == [
+        (6, True, False),
+        (4, False, False),
+    ]
+    assert run.metrics["train"]["chosen_step"] == 6  # none passed: the final one is kept
+    assert not (checkpoint_dir(run)).exists()  # checkpoints go once the run is evaluated
+
+
+def test_a_final_adapter_that_passes_the_gate_is_the_only_candidate(project, approved):
+    project.settings = {
+        **project.settings,
+        "training": {**project.settings["training"], "min_steps": 6, "save_every_steps": 2},
+    }
+    project.save()
+    run = start_retrain(project=project)
+
+    assert run_training(run.pk) == RunStatus.TRAINED
+
+    run.refresh_from_db()
+    assert [(c["step"], c["chosen"]) for c in run.metrics["candidates"]] == [(6, True)]
