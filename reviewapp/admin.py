@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from reviewapp.models import ApiKey, Feedback, Project, Tag, Trace, TraceTag
+from reviewapp.services.projects import revoke_api_key
 
 
 @admin.register(Project)
@@ -15,10 +16,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_filter = ["project"]
     # The hash is useless to a person and the secret is never stored.
     exclude = ["secret_hash"]
-    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    # Revoking goes through the action, so the gateway's cache forgets the key at once.
+    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
 
     def has_add_permission(self, request) -> bool:
         return False  # keys are made by create_api_key, which shows the secret once
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset) -> None:
+        for key in queryset:
+            revoke_api_key(key=key)
 
 
 @admin.register(Trace)

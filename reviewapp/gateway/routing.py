@@ -92,6 +92,12 @@ async def project_for_key(secret: str) -> GatewayProject | None:
     return project
 
 
+def forget_cached_key(secret_hash: str) -> None:
+    """Called when a key is revoked in this process: its next gateway call reads the database.
+    Other processes refuse it once their entry expires, within CACHE_SECONDS."""
+    _cache.pop(secret_hash, None)
+
+
 def forget_cached_routes() -> None:
     """Called after a route changes in this process; other processes catch up within seconds."""
     _cache.clear()

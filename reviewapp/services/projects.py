@@ -1,10 +1,12 @@
 """Projects and their API keys."""
 
 from collections.abc import Iterable
+from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
 
+from reviewapp.gateway.routing import forget_cached_key
 from reviewapp.models import ApiKey, KeyScope, Project
 
 
@@ -45,5 +47,9 @@ def create_api_key(
     return key, secret
 
 
+@transaction.atomic
 def revoke_api_key(*, key: ApiKey) -> None:
+    """Revoke a key: this process's gateway refuses it on its next call, others within seconds."""
     ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    # After the commit: a gateway call in between would cache the key as still valid.
+    transaction.on_commit(partial(forget_cached_key, key.secret_hash))
