@@ -53,13 +53,21 @@ def _day_start(day) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
 
 
+def text_matches(text: str) -> Q:
+    """Traces whose id, first user message, answers or tool errors contain the text.
+
+    Served by trigram indexes on PostgreSQL (migrations 0005 and 0013); SQLite scans.
+    """
+    return (
+        Q(external_id__icontains=text) | Q(preview__icontains=text) | Q(search_text__icontains=text)
+    )
+
+
 def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
     """Traces of a project matching cleaned TraceFilterForm data, in the chosen order."""
     traces = Trace.objects.filter(project=project)
     if filters.get("q"):
-        text = filters["q"]
-        # Served by trigram indexes on PostgreSQL (migration 0005).
-        traces = traces.filter(Q(external_id__icontains=text) | Q(preview__icontains=text))
+        traces = traces.filter(text_matches(filters["q"]))
     for tag in filters.get("tag") or ():  # all chosen tags, not any
         traces = traces.filter(Exists(TraceTag.objects.filter(trace=OuterRef("pk"), tag=tag)))
     if filters.get("termination"):

@@ -118,6 +118,8 @@ class Trace(models.Model):
     message_count = models.IntegerField(default=0)
     tool_call_count = models.IntegerField(default=0)
     preview = models.CharField(max_length=300, blank=True)
+    # Assistant answers and tool errors, for the text filter (trigram index, migration 0013).
+    search_text = models.TextField(blank=True, default="")
     # zlib-compressed JSON {"messages": [...], "tools": [...]}; see `body_json`.
     body = models.BinaryField()
     # sha256 of the canonical item as received: tells an unchanged replay from a conflict.

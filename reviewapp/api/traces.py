@@ -4,13 +4,14 @@ import base64
 import binascii
 
 from django.conf import settings
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, Prefetch
 from django.http import Http404, HttpRequest
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from reviewapp.api import schemas
 from reviewapp.api.auth import requires
+from reviewapp.filters import text_matches
 from reviewapp.ingest.chat import text_problem
 from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, KeyScope, Project, Trace, TraceSource, TraceTag
@@ -141,7 +142,7 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
         raise HttpError(422, "limit: must be between 1 and 500")
     traces = (
         Trace.objects.filter(project=request.auth)
-        .defer("body", "metadata")
+        .defer("body", "metadata", "search_text")
         .annotate(feedback_count=Count("feedback"))
         .prefetch_related(Prefetch("trace_tags", TraceTag.objects.select_related("tag")))
         .order_by("-id")
@@ -149,9 +150,7 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
     if filters.source:
         traces = traces.filter(source=filters.source)
     if filters.q:
-        traces = traces.filter(
-            Q(external_id__icontains=filters.q) | Q(preview__icontains=filters.q)
-        )
+        traces = traces.filter(text_matches(filters.q))
     if filters.cursor:
         traces = traces.filter(id__lt=_decode_cursor(filters.cursor))
     page = list(traces[: filters.limit + 1])

@@ -12,6 +12,7 @@ from django.db import transaction
 from reviewapp.gateway.conversation import common_prefix_length, conversation_hash, prefix_hashes
 from reviewapp.ingest.chat import preview_text
 from reviewapp.models import ModelCall, Termination, Trace, TraceSource
+from reviewapp.services.ingest import search_text
 from reviewapp.tasks import after_traces_changed
 
 
@@ -168,6 +169,7 @@ def _update_trace(trace: Trace, call: RecordedCall, messages: list[dict], tools:
     trace.message_count = len(messages)
     trace.tool_call_count = sum(len(m.get("tool_calls") or ()) for m in messages)
     trace.preview = preview_text(messages)
+    trace.search_text = search_text(messages)
     trace.prompt_tokens = (trace.prompt_tokens or 0) + (usage.get("prompt_tokens") or 0)
     trace.completion_tokens = (trace.completion_tokens or 0) + (usage.get("completion_tokens") or 0)
     trace.ended_at = call.started_at + timedelta(milliseconds=call.latency_ms)

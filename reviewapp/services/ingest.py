@@ -16,7 +16,12 @@ from reviewapp.ingest.chat import (
     unknown_fields,
 )
 from reviewapp.models import Project, Tag, Trace, TraceSource, TraceTag
+from reviewapp.rendering import looks_like_tool_error
 from reviewapp.tasks import after_traces_changed
+from training.text import message_text
+
+# Enough for the answers of a long episode; the trigram index stays small per row.
+SEARCH_TEXT_MAX_CHARS = 8000
 
 
 @dataclass
@@ -41,6 +46,25 @@ class _Accepted:
     item: TraceItem
     raw: dict  # stored as received: a GET returns exactly what was sent
     content_hash: str
+
+
+def search_text(messages: list[dict]) -> str:
+    """What the text filter searches beyond the id and first user message: tool errors (short,
+    and what a reviewer hunts for) first, then assistant answers and their tool calls."""
+    errors, answers = [], []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            text = message_text(message)
+            if looks_like_tool_error(text):
+                errors.append(text[:1000])
+        elif role == "assistant":
+            answers.append(message_text(message))
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    answers.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    return "\n".join(part for part in errors + answers if part)[:SEARCH_TEXT_MAX_CHARS]
 
 
 def content_hash_of(raw: dict) -> str:
@@ -75,6 +99,7 @@ def _trace_row(*, project: Project, entry: _Accepted, source: str) -> Trace:
         message_count=len(messages),
         tool_call_count=sum(len(message.get("tool_calls", ())) for message in messages),
         preview=preview_text(messages),
+        search_text=search_text(messages),
         body=Trace.pack_body(messages=messages, tools=tools),
         content_hash=entry.content_hash,
     )

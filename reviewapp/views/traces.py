@@ -66,7 +66,7 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     if request.GET.get("cursor"):
         traces = after_cursor(traces, sort, request.GET["cursor"])
     page = list(
-        traces.defer("body", "metadata")
+        traces.defer("body", "metadata", "search_text")
         .annotate(feedback_count=Count("feedback"))
         .prefetch_related(Prefetch("trace_tags", TraceTag.objects.select_related("tag")))[
             : PAGE_SIZE + 1
