@@ -15,6 +15,7 @@ from reviewapp.models import (
     Adapter,
     ApiKey,
     DistillationTarget,
+    Membership,
     Queue,
     QueueItem,
     Tag,
@@ -109,6 +110,7 @@ def acme_objects(project, alice, bob, other_project):
         "version": adapter.version,
         "rule_id": rule.pk,
         "external_id": trace.external_id,
+        "member_id": Membership.objects.get(project=project, user=bob).pk,
     }
 
 
