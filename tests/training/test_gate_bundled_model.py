@@ -32,8 +32,14 @@ def test_an_adapter_that_forgot_facts_is_refused_and_routing_is_unchanged(
 ):
     settings.ADAPTERS_DIR = tmp_path / "adapters"
     project.settings = {
-        # A rate that overwrites quickly: the failure the gate must catch, made fast.
-        "training": {"learning_rate": 2e-3, "epochs": 4},
+        # A rate that overwrites quickly, no forgetting guard and no earlier candidate: the
+        # failure the gate must catch, made fast.
+        "training": {
+            "learning_rate": 2e-3,
+            "epochs": 4,
+            "base_kl_weight": 0.0,
+            "gate_candidates": 1,
+        },
         "auto_deploy": True,
     }
     project.save()
@@ -64,7 +70,7 @@ def test_an_adapter_that_forgot_facts_is_refused_and_routing_is_unchanged(
         )
 
     run = start_retrain(project=project)
-    assert run_training(run.pk) == "gate failed"
+    assert run_training(run.pk) == RunStatus.GATE_FAILED
     run.refresh_from_db()
     regression = run.metrics["regression"]
     print(f"\n{run.error}; regression: {regression['summary']}")
