@@ -10,6 +10,7 @@ from django.db import transaction
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.models import Feedback, FeedbackStatus, Project
 from reviewapp.project_settings import ProjectSettings, settings_for
+from reviewapp.services.feedback import mark_feedback_failed
 from training.config import TrainingConfig
 
 # The teacher samples this many revisions per request, until one passes the feedback's checks
@@ -54,8 +55,8 @@ def propose_targets_for(*, feedback_id: int) -> int:
     )
 
     feedback = Feedback.objects.select_related("trace__project").filter(pk=feedback_id).first()
-    if feedback is None or feedback.targets.exists():
-        return 0
+    if feedback is None or feedback.status != FeedbackStatus.OPEN or feedback.targets.exists():
+        return 0  # deleted, failed or dismissed meanwhile, or a second delivery
     body = feedback.trace.body_json()
     messages = body["messages"]
     turn = resolve_turn(messages, feedback.turn)
@@ -78,17 +79,34 @@ def propose_targets_for(*, feedback_id: int) -> int:
             )
         ]
     else:
-        proposals = propose_targets(
-            teacher_for(project, project_settings),
-            messages,
-            turn,
-            feedback.text,
-            feedback.checks,
-            prompt=prompt,
-            n=TEACHER_SAMPLES_PER_ROUND,
-            budget=TEACHER_BUDGET,
-            tools=body["tools"] or None,
-        )
+        try:
+            proposals = propose_targets(
+                teacher_for(project, project_settings),
+                messages,
+                turn,
+                feedback.text,
+                feedback.checks,
+                prompt=prompt,
+                n=TEACHER_SAMPLES_PER_ROUND,
+                budget=TEACHER_BUDGET,
+                tools=body["tools"] or None,
+            )
+        except httpx.HTTPStatusError as error:
+            # The teacher refused this feedback (too long for its context, say): a person sees
+            # why on the trace and Retrain pages, and can retry it.
+            mark_feedback_failed(
+                feedback_id=feedback.pk,
+                reason=f"the teacher answered HTTP {error.response.status_code}: "
+                f"{error.response.text[:500]}",
+            )
+            return 0
+        if not any(proposal.passes_checks for proposal in proposals):
+            mark_feedback_failed(
+                feedback_id=feedback.pk,
+                reason=f"none of the teacher's {len(proposals)} revisions followed it (checks "
+                "failed); write a corrected turn instead",
+            )
+            return 0
         teacher_context = (
             rewrite_context(context, messages[turn], feedback.text)
             if prompt == "rewrite"

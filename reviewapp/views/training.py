@@ -14,6 +14,7 @@ from reviewapp.learning.runs import RetrainError, is_presumed_dead, request_canc
 from reviewapp.learning.selectors import approved_targets, tags_by_trace
 from reviewapp.models import Adapter, DistillationTarget, Feedback, TargetState, TrainingRun
 from reviewapp.services.dataset import build_training_set
+from reviewapp.services.feedback_health import unusable_feedback
 from reviewapp.services.targets import AUTO_APPROVE_POLICIES, review_target, set_auto_approve
 from reviewapp.views.access import (
     get_admin_membership_for_user,
@@ -161,6 +162,7 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
             trace__project=project, targets__isnull=True
         ).count(),
         "runs": TrainingRun.objects.filter(project=project).order_by("-created_at")[:10],
+        "unusable_feedback": unusable_feedback(project=project),
         "policy": project.settings.get("training") or {},
         "error": error,
         **_training_data_context(project),
