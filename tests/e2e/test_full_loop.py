@@ -23,7 +23,15 @@ from playwright.sync_api import expect
 from reviewapp.harness.agent import EpisodeResult, run_episode
 from reviewapp.harness.tasks import TASKS
 from reviewapp.harness.tools import ToolEnvironment
-from reviewapp.models import ACTIVE_RUN_STATUSES, Adapter, DistillationTarget, TargetState, Trace
+from reviewapp.models import (
+    ACTIVE_RUN_STATUSES,
+    Adapter,
+    DistillationTarget,
+    Feedback,
+    FeedbackStatus,
+    TargetState,
+    Trace,
+)
 from reviewapp.services.projects import create_api_key
 from tests.e2e.conftest import sign_in
 from tests.fake_upstream import free_port
@@ -168,15 +176,8 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
 ):
     project.upstream_url = vllm_url
     project.served_model = MODEL
-    project.settings = {
-        # Measured on the bundled model: a few short targets need a higher rate than the default.
-        "training": {"learning_rate": 1e-3, "epochs": 4},
-        "auto_approve": "checks_pass",
-        # Measured over runs: teaching "Answer:" at this rate breaks 1 or 2 of the 8 general
-        # facts (greedy, 48 tokens). This test is about the loop; the gate refusing a damaging
-        # adapter is tests/training/test_gate_bundled_model.py.
-        "gate": {"max_regression_failures": 2},
-    }
+    # Default training and gate settings: the loop must teach a small review batch as it comes.
+    project.settings = {"auto_approve": "checks_pass"}
     project.save()
     # The harness and the reviewer's script share it here: the review scope makes its feedback
     # a reviewer's, as when the test writes it in the dashboard.
@@ -218,17 +219,14 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         form.get_by_role("button", name="Save feedback").click()
         expect(page.locator("#feedback-panel article.feedback")).to_have_count(1)
 
-    # 3. The worker turns feedback into targets (vLLM as teacher); passing ones are approved.
+    # 3. The worker turns feedback into targets (vLLM as teacher); the best passing one is
+    # approved, and feedback no revision followed is marked failed (write a correction).
     _wait_for(
         lambda: (
-            DistillationTarget.objects.filter(feedback__trace__project=project)
-            .values("feedback")
-            .distinct()
-            .count()
-            == len(before)
+            not Feedback.objects.filter(trace__project=project, status=FeedbackStatus.OPEN).exists()
         ),
         300,
-        "targets for every feedback item",
+        "targets (or a failure) for every feedback item",
         interval_s=3,
     )
     approved = DistillationTarget.objects.filter(
