@@ -243,8 +243,24 @@ def dataset(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "monitors/dataset.html", context, status=status)
 
 
+# dataset.REASONS names the policy reasons as the policy excludes them; when it keeps them, the
+# row says so instead of claiming an "exclude" policy the page contradicts.
+POLICY_KEEP_LABELS = {
+    "policy_timeout": ("timeout", "trace timed out (data policy: keep, none left out)"),
+    "policy_tool_error": (
+        "tool_error",
+        "trace ended in a tool error (data policy: keep, none left out)",
+    ),
+}
+
+
 def _exclusion_rows(project: Project, training_set) -> list[tuple[str, int, str]]:
-    """(label, count, where to see them) per reason."""
+    """(label, count, where to see them) per reason, labelled by the policy in force."""
+    kept_labels = {
+        reason: label
+        for reason, (field, label) in POLICY_KEEP_LABELS.items()
+        if getattr(training_set.policy, field) == "keep"
+    }
     targets = reverse("target_list", args=[project.slug])
     where = {
         "feedback_without_targets": evidence_url(project, {}, feedback="yes"),
@@ -255,6 +271,6 @@ def _exclusion_rows(project: Project, training_set) -> list[tuple[str, int, str]
         "policy_tool_error": evidence_url(project, {}, termination="tool_error", feedback="yes"),
     }
     return [
-        (label, count, where.get(reason, ""))
+        (kept_labels.get(reason, label), count, where.get(reason, ""))
         for reason, label, count in training_set.exclusion_rows()
     ]

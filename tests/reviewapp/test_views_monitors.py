@@ -140,6 +140,18 @@ def test_the_dataset_page_counts_what_is_left_out(victor, project):
     assert "Timed-out traces: keep" in html and 'action="/p/acme/dataset/"' not in html
 
 
+def test_the_left_out_labels_follow_the_policy_in_force(victor, project):
+    client = logged_in(victor)
+    html = client.get("/p/acme/dataset/").content.decode()
+    assert "(data policy: exclude)" not in html
+    assert "trace timed out (data policy: keep, none left out)" in html
+    project.settings = {"data_policy": {"timeout": "exclude"}}
+    project.save()
+    html = client.get("/p/acme/dataset/").content.decode()
+    assert "trace timed out (data policy: exclude)" in html
+    assert "trace ended in a tool error (data policy: keep, none left out)" in html
+
+
 def test_an_admin_changes_the_data_policy(alice, project):
     response = logged_in(alice).post(
         "/p/acme/dataset/", {"timeout": "exclude", "tool_error": "keep", "failing_checks": "keep"}
