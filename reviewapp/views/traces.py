@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
 
 from reviewapp.filters import TraceFilterForm, after_cursor, cursor_for, filtered_traces
 from reviewapp.forms import FeedbackForm
@@ -32,6 +33,8 @@ from reviewapp.views.access import (
 from reviewapp.views.queues import queue_context
 
 PAGE_SIZE = 50
+# Sent with a changed feedback panel or tag set: the trace page's "more like this" reloads.
+REVIEW_CHANGED = "review-changed"
 # The first messages render with the page; the rest arrive in chunks as the reader scrolls.
 MESSAGES_PER_CHUNK = 200
 # The trace page's table of gateway calls: what each call returned, never its bodies.
@@ -170,9 +173,10 @@ def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int
         return HttpResponse("no such tag", status=404)
     toggle_tag(trace=trace, tag=tag, reviewer=request.user)
     if request.htmx:
-        return render(
+        response = render(
             request, "traces/detail.html#review-tags", _review_context(request, membership, trace)
         )
+        return trigger_client_event(response, REVIEW_CHANGED)
     return redirect("trace_detail", slug=slug, trace_id=trace.pk)
 
 
@@ -198,7 +202,8 @@ def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpRe
         return render(request, "traces/detail.html#feedback-panel", context, status=422)
     context["feedback_form"] = FeedbackForm(turns=conversation(body["messages"]))
     if request.htmx:
-        return render(request, "traces/detail.html#feedback-panel", context)
+        response = render(request, "traces/detail.html#feedback-panel", context)
+        return trigger_client_event(response, REVIEW_CHANGED)
     return redirect(reverse("trace_detail", args=[slug, trace.pk]) + "#feedback-panel")
 
 
@@ -217,7 +222,8 @@ def feedback_delete(
         "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
     }
     if request.htmx:
-        return render(request, "traces/detail.html#feedback-panel", context)
+        response = render(request, "traces/detail.html#feedback-panel", context)
+        return trigger_client_event(response, REVIEW_CHANGED)
     return redirect("trace_detail", slug=slug, trace_id=trace.pk)
 
 

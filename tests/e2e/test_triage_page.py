@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def traces(project, alice):
+def embedded(project, alice):
     """t-0 is open; t-1 (tagged slow by alice) is nearest to it, t-2 next, t-3 far."""
     ingest_traces(project=project, raw_items=[make_trace(f"t-{i}") for i in range(4)])
     stored = {trace.external_id: trace for trace in project.traces.all()}
@@ -32,8 +32,14 @@ def traces(project, alice):
         )
     slow = Tag.objects.create(project=project, name="slow")
     TraceTag.objects.create(trace=stored["t-1"], tag=slow, reviewer=alice)
-    record_feedback(trace=stored["t-0"], text="Retry the tool once before giving up.")
     return stored
+
+
+@pytest.fixture
+def traces(embedded):
+    """The same traces, t-0 with a feedback to copy."""
+    record_feedback(trace=embedded["t-0"], text="Retry the tool once before giving up.")
+    return embedded
 
 
 def test_more_like_this_suggests_a_tag_and_applies_feedback_to_ticked_traces(bob_page, traces):
@@ -57,3 +63,22 @@ def test_more_like_this_suggests_a_tag_and_applies_feedback_to_ticked_traces(bob
     ]
     assert not Feedback.objects.filter(trace__in=[traces["t-2"], traces["t-3"]]).exists()
     assert errors == []  # nothing broke the content security policy
+
+
+def test_feedback_written_on_the_page_can_be_applied_to_similar_traces_without_a_reload(
+    bob_page, embedded
+):
+    page = bob_page
+    page.goto(f"/p/acme/traces/{embedded['t-0'].pk}/")
+    expect(page.locator("#similar-traces .similar li a")).to_have_count(3)
+    expect(page.get_by_label("apply feedback to t-1")).to_have_count(0)
+
+    page.locator("#feedback-form textarea[name=text]").fill("Check the tool's answer first.")
+    page.get_by_role("button", name="Save feedback").click()
+
+    page.get_by_label("apply feedback to t-2").check()
+    page.get_by_role("button", name="Apply to the ticked traces").click()
+    expect(page.locator("#similar-traces")).to_contain_text("Feedback copied to 1 trace.")
+    assert [f.text for f in Feedback.objects.filter(trace=embedded["t-2"])] == [
+        "Check the tool's answer first."
+    ]

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from django.test import Client
 
@@ -167,6 +169,15 @@ def test_feedback_pinned_to_a_tool_call_from_the_page(bob, traces):
     assert (feedback.turn, feedback.tool_call_id, feedback.reviewer) == (2, "call_1", bob)
     assert feedback.checks == [{"kind": "calls_tool", "value": "calculator"}]
     assert "Pass integers only." in response.content.decode()
+
+
+def test_saved_feedback_tells_the_page_to_reload_more_like_this(bob, traces):
+    response = logged_in(bob).post(
+        f"{detail_url(traces['t-0'])}feedback/",
+        {"anchor": "trace", "text": "Retry once."},
+        headers={"HX-Request": "true"},
+    )
+    assert json.loads(response["HX-Trigger"]) == {"review-changed": {}}
 
 
 def test_a_corrected_tool_call_that_breaks_the_schema_rerenders_the_form_with_422(bob, traces):
