@@ -33,7 +33,8 @@ from reviewapp.views.access import (
 from reviewapp.views.queues import queue_context
 
 PAGE_SIZE = 50
-# Sent with a changed feedback panel or tag set: the trace page's "more like this" reloads.
+# Sent with a changed feedback panel: the trace page's "more like this" reloads, so its
+# apply-feedback form lists the trace's feedback as it is now.
 REVIEW_CHANGED = "review-changed"
 # The first messages render with the page; the rest arrive in chunks as the reader scrolls.
 MESSAGES_PER_CHUNK = 200
@@ -173,10 +174,9 @@ def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int
         return HttpResponse("no such tag", status=404)
     toggle_tag(trace=trace, tag=tag, reviewer=request.user)
     if request.htmx:
-        response = render(
+        return render(
             request, "traces/detail.html#review-tags", _review_context(request, membership, trace)
         )
-        return trigger_client_event(response, REVIEW_CHANGED)
     return redirect("trace_detail", slug=slug, trace_id=trace.pk)
 
 
