@@ -24,7 +24,9 @@ class TraceFilterForm(forms.Form):
     tag = forms.ModelMultipleChoiceField(
         queryset=Tag.objects.none(), required=False, to_field_name="name"
     )
-    termination = forms.MultipleChoiceField(choices=Termination.choices, required=False)
+    termination = forms.MultipleChoiceField(
+        choices=Termination.choices, required=False, widget=forms.CheckboxSelectMultiple
+    )
     model = forms.CharField(required=False, max_length=200)
     adapter = forms.CharField(required=False, max_length=200, label="Adapter version")
     outcome = forms.ChoiceField(

@@ -1,6 +1,7 @@
 import pytest
 from playwright.sync_api import Page, expect
 
+from reviewapp.models import Termination
 from reviewapp.services.ingest import ingest_traces
 from tests.factories import make_trace
 
@@ -52,11 +53,26 @@ def test_choosing_a_termination_narrows_the_list_in_place_and_in_the_url(bob_pag
     expect(listed_ids(page)).to_have_count(4)
     mark_document(page)
 
-    page.locator("#id_termination").select_option("timeout")
+    page.get_by_label("Timeout").check()
 
     expect(listed_ids(page)).to_have_text(["t-3", "t-2"])
     page.wait_for_url("**/p/acme/traces/?*termination=timeout*")
     assert still_same_document(page)
     page.reload()
     expect(listed_ids(page)).to_have_text(["t-3", "t-2"])
-    expect(page.locator("#id_termination")).to_have_values(["timeout"])
+    expect(page.get_by_label("Timeout")).to_be_checked()
+
+
+def test_every_termination_is_a_visible_checkbox_and_two_combine(bob_page, traces):
+    page = bob_page
+    page.goto("/p/acme/traces/")
+    boxes = page.locator("#trace-filters input[name=termination]")
+    expect(boxes).to_have_count(len(Termination.choices))
+    for label in Termination.labels:
+        expect(page.get_by_label(label, exact=True)).to_be_visible()
+
+    page.get_by_label("Timeout").check()
+    page.get_by_label("Completed").check()  # no Ctrl-click: a second box adds to the first
+
+    page.wait_for_url("**/p/acme/traces/?*termination=completed*termination=timeout*")
+    expect(listed_ids(page)).to_have_count(4)

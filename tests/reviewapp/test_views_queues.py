@@ -105,7 +105,7 @@ def test_it_prefills_the_create_form_from_the_trace_list_query(alice, traces):
     response = logged_in(alice).get(f"/p/acme/queues/new/?{query}")
     assert response.status_code == 200
     html = response.content.decode()
-    assert '<option value="timeout" selected>' in html
+    assert 'value="timeout" id="id_termination_2" checked>' in html
     assert 'name="q" value="12"' in html
     assert "2 match" in html
 
