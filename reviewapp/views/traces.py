@@ -13,7 +13,7 @@ from django_htmx.http import trigger_client_event
 from reviewapp.filters import TraceFilterForm, after_cursor, cursor_for, filtered_traces
 from reviewapp.forms import FeedbackForm
 from reviewapp.lineage import adapters_by_feedback
-from reviewapp.models import Feedback, Tag, TraceTag
+from reviewapp.models import Feedback, Tag, Termination, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
 from reviewapp.services.feedback import (
     FeedbackError,
@@ -152,6 +152,7 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
         ),
         "feedback_form": FeedbackForm(turns=turns),
         "calls": calls,
+        "cut_turns": _cut_turns(trace, turns),
         # The last call that failed says why an error trace ended: status and message.
         "failed_call": next(
             (call for call in reversed(calls) if call.error or (call.status_code or 0) >= 400),
@@ -162,6 +163,20 @@ def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse
     if request.htmx and start:
         return render(request, "traces/detail.html#turn-chunk", context)
     return render(request, "traces/detail.html", context)
+
+
+def _cut_turns(trace, turns) -> set[int]:
+    """Indexes of the assistant turns cut at max_tokens: the recorded calls say which; a pushed
+    trace that ended truncated has no calls, and its last assistant turn is the one cut."""
+    cut = set(
+        trace.calls.filter(finish_reason="length", turn_index__isnull=False).values_list(
+            "turn_index", flat=True
+        )
+    )
+    if not cut and trace.termination == Termination.TRUNCATED:
+        assistant_turns = [turn.index for turn in turns if turn.role == "assistant"]
+        cut = set(assistant_turns[-1:])
+    return cut
 
 
 @require_POST

@@ -6,6 +6,8 @@ from django.test import Client
 
 from reviewapp.models import Trace
 from reviewapp.services.calls import RecordedCall, record_model_call
+from reviewapp.services.ingest import ingest_traces
+from tests.factories import make_trace
 
 QUESTION = [{"role": "user", "content": "Summarise the report"}]
 ANSWER = {"role": "assistant", "content": "Done."}
@@ -69,3 +71,42 @@ def test_a_trace_without_failed_calls_shows_no_error_line(bob, project):
     html = page(bob, trace)
     assert 'id="call-error"' not in html
     assert ">stop</span>" in html
+
+
+def turn_html(html: str, index: int) -> str:
+    start = html.index(f'id="turn-{index}"')
+    return html[start : html.index("</article>", start)]
+
+
+def test_the_turn_cut_at_max_tokens_is_marked_on_the_page(bob, project):
+    cut = {
+        "choices": [{"message": {"role": "assistant", "content": "The"}, "finish_reason": "length"}]
+    }
+    trace = record(project, response=cut, status=200, termination="truncated")
+    html = page(bob, trace)
+    assert "cut at max_tokens" in turn_html(html, 1)
+    assert "cut at max_tokens" not in turn_html(html, 0)
+
+
+def test_a_pushed_truncated_trace_marks_its_last_assistant_turn(bob, project):
+    item = make_trace("pushed", termination="truncated")
+    ingest_traces(project=project, raw_items=[item])
+    trace = project.traces.get()
+    html = page(bob, trace)
+    last = len(item["messages"]) - 1
+    assert "cut at max_tokens" in turn_html(html, last)
+    assert html.count("cut at max_tokens</span>") == 1
+
+
+def test_a_completed_trace_marks_no_turn_cut(bob, project):
+    ingest_traces(project=project, raw_items=[make_trace("done")])
+    assert "cut at max_tokens" not in page(bob, project.traces.get())
+
+
+def test_an_empty_assistant_reply_says_so(bob, project):
+    item = make_trace("silent")
+    item["messages"][-1]["content"] = ""
+    ingest_traces(project=project, raw_items=[item])
+    html = page(bob, project.traces.get())
+    assert "(empty reply)" in turn_html(html, len(item["messages"]) - 1)
+    assert html.count("(empty reply)") == 1
