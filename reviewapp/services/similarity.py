@@ -140,6 +140,7 @@ class TagSuggestion:
     tag: Tag
     score: float  # similarity-weighted share of the nearest reviewed traces that carry it
     votes: int  # how many of them carry it
+    neighbours: int  # how many similar reviewed traces were asked: the votes are out of these
 
 
 def suggested_tags(
@@ -152,8 +153,9 @@ def suggested_tags(
     reviewed = Exists(TraceTag.objects.filter(trace=OuterRef("pk"), reviewer__isnull=False))
     ids, matrix = _vectors(trace.project, Q(reviewed) & ~Q(pk=trace.pk))
     top, scores = similarity.nearest(matrix, query, neighbours)
+    # Only traces that point the same way count as similar; the rest have no say.
     weights = {
-        int(ids[index]): max(float(score), 0.0) for index, score in zip(top, scores, strict=True)
+        int(ids[index]): float(score) for index, score in zip(top, scores, strict=True) if score > 0
     }
     total = sum(weights.values())
     if not total:
@@ -171,7 +173,7 @@ def suggested_tags(
             votes[tag_id] += 1
     tags = Tag.objects.in_bulk(list(weight_of_tag))
     suggestions = [
-        TagSuggestion(tags[tag_id], weight / total, votes[tag_id])
+        TagSuggestion(tags[tag_id], weight / total, votes[tag_id], len(weights))
         for tag_id, weight in weight_of_tag.items()
         if weight / total >= min_score
     ]

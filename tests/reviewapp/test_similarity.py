@@ -230,6 +230,23 @@ def test_suggested_tags_come_from_the_nearest_reviewed_traces(project, bob):
     assert [s.tag.name for s in suggestions] == ["slow"]
     assert suggestions[0].votes == 2
     assert 0.9 < suggestions[0].score <= 1
+    assert suggestions[0].neighbours == 2  # "far" points elsewhere: not a similar trace
+
+
+def test_a_suggestion_says_how_many_reviewed_neighbours_were_asked(project, bob):
+    traces = store(project, [make_trace(name) for name in ("new", "a", "b", "c")])
+    put_vectors(traces, {"new": [1, 0], "a": [0.9, 0.1], "b": [0.8, 0.2], "c": [0.7, 0.3]})
+    slow, rude = (Tag.objects.create(project=project, name=n) for n in ("slow", "rude"))
+    TraceTag.objects.create(trace=traces["a"], tag=slow, reviewer=bob)
+    for name in ("b", "c"):
+        TraceTag.objects.create(trace=traces[name], tag=rude, reviewer=bob)
+
+    suggestions = service.suggested_tags(trace=traces["new"])
+
+    assert [(s.tag.name, s.votes, s.neighbours) for s in suggestions] == [
+        ("rude", 2, 3),
+        ("slow", 1, 3),
+    ]
 
 
 def test_embed_traces_command_fills_in_what_is_missing(project, monkeypatch):

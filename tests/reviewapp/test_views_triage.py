@@ -263,6 +263,8 @@ def test_suggested_tags_offer_a_one_click_toggle(traces, bob, alice):
     toggle = f"/p/acme/traces/{traces['t-0'].pk}/tags/{slow.pk}/"
     assert f'hx-post="{toggle}" hx-target="#review-tags"' in page
     assert "+ slow" in page
+    suggestions = page[page.index("Suggested tags") : page.index("More like this")]
+    assert "1 of 1 similar reviewed trace</small>" in suggestions and "%" not in suggestions
     TraceTag.objects.create(trace=traces["t-0"], tag=slow, reviewer=bob)
     page = logged_in(bob).get(f"/p/acme/traces/{traces['t-0'].pk}/similar/").content.decode()
     assert "+ slow" not in page  # already on it
