@@ -5,6 +5,7 @@ bad value is refused where it is written, with a message that names the field.
 
 import json
 import os
+import re
 from typing import Literal
 
 from django.db import transaction
@@ -66,6 +67,20 @@ class ProjectSettings(_Section):
     auto_deploy: bool = True  # a run that passes the gate serves traffic without a click
     canary_share: int = Field(100, ge=1, le=100)  # percent of traffic a new adapter gets
     teacher: Teacher = Teacher()
+    # The model servers (OpenAI-compatible base URLs ending in /v1) the gateway balances across
+    # and a deploy loads adapters on; empty: the project's single upstream_url (or VLLM_URL).
+    upstreams: list[str] = Field(default_factory=list, max_length=32)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _upstreams_are_urls(cls, value: list[str]) -> list[str]:
+        urls = [url.strip().rstrip("/") for url in value]
+        for url in urls:
+            if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        if len(set(urls)) != len(urls):
+            raise ValueError("an upstream is listed twice")
+        return urls
 
     @field_validator("training")
     @classmethod

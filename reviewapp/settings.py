@@ -213,6 +213,12 @@ ADAPTERS_DIR = Path(env.str("ADAPTERS_DIR", default=str(VAR_DIR / "adapters")))
 VLLM_API_KEY = env.str("VLLM_API_KEY", default="")  # sent upstream; never the harness's key
 GATEWAY_CONNECT_TIMEOUT = env.float("GATEWAY_CONNECT_TIMEOUT", default=5.0)
 GATEWAY_READ_TIMEOUT = env.float("GATEWAY_READ_TIMEOUT", default=300.0)
+# A model server that failed a call (unreachable, timed out, 502/503/504) gets no calls from
+# this web process for this long; then it is tried again.
+GATEWAY_UPSTREAM_COOLDOWN_SECONDS = env.float("GATEWAY_UPSTREAM_COOLDOWN_SECONDS", default=10.0)
+# How many of a project's model servers must load an adapter before the route moves to it;
+# 0: all of them. A server that missed it loads it on its first call (the gateway reloads it).
+DEPLOY_QUORUM = env.int("DEPLOY_QUORUM", default=0)
 # A call whose messages extend a gateway trace this recent joins it (prefix merging).
 GATEWAY_MERGE_WINDOW_SECONDS = env.int("GATEWAY_MERGE_WINDOW_SECONDS", default=3600)
 

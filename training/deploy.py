@@ -1,10 +1,9 @@
-"""Hot-loading an adapter into vLLM: load it on every upstream, then prove it answers.
+"""Hot-loading an adapter into vLLM: load it on a model server, then prove it answers.
 
 Plain httpx, no Django: reviewapp/learning/deploy.py decides routing around these calls.
 """
 
 import time
-from collections.abc import Sequence
 
 import httpx
 
@@ -38,29 +37,29 @@ def _post_with_retries(
 
 def load_adapter(
     client: httpx.Client,
-    upstream_urls: Sequence[str],
+    base_url: str,
     *,
     name: str,
     path: str,
     attempts: int = 4,
     backoff_s: float = 0.5,
 ) -> None:
-    """POST /v1/load_lora_adapter on every upstream; an already loaded name counts as loaded."""
-    for base_url in upstream_urls:
-        models_url = f"{base_url.rstrip('/')}/models"
-        try:
-            loaded = {model["id"] for model in client.get(models_url).json().get("data", [])}
-        except (httpx.HTTPError, ValueError):
-            loaded = set()
-        if name in loaded:
-            continue  # names are immutable, so a loaded name is this very adapter
-        _post_with_retries(
-            client,
-            f"{base_url.rstrip('/')}/load_lora_adapter",
-            {"lora_name": name, "lora_path": path},
-            attempts=attempts,
-            backoff_s=backoff_s,
-        )
+    """POST /v1/load_lora_adapter on one server; an already loaded name counts as loaded.
+    Raises DeployError when the server did not take it."""
+    try:
+        models = client.get(f"{base_url.rstrip('/')}/models").json().get("data", [])
+        loaded = {model["id"] for model in models}
+    except (httpx.HTTPError, ValueError):
+        loaded = set()
+    if name in loaded:
+        return  # names are immutable, so a loaded name is this very adapter
+    _post_with_retries(
+        client,
+        f"{base_url.rstrip('/')}/load_lora_adapter",
+        {"lora_name": name, "lora_path": path},
+        attempts=attempts,
+        backoff_s=backoff_s,
+    )
 
 
 def canary_request(client: httpx.Client, base_url: str, *, model: str) -> str:

@@ -1,18 +1,22 @@
-"""Which project a key belongs to and where its model alias points, cached briefly in-process.
+"""Which project a key belongs to, where its model alias points and which model servers are up.
 
 The gateway answers the harness without waiting on the database when it can: a project's
-routing is read at most once per CACHE_SECONDS per process.
+routing is read at most once per CACHE_SECONDS per process. Model server health is what this
+process saw of recent calls: a server that failed is skipped for a cooldown, then tried again.
 """
 
+import itertools
 import logging
 import random
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import DatabaseError
 
-from reviewapp.models import Adapter, ApiKey, ModelRoute
+from reviewapp.models import Adapter, ApiKey, ModelRoute, Project
+from reviewapp.project_settings import settings_for
 
 logger = logging.getLogger(__name__)
 
@@ -24,23 +28,57 @@ class GatewayProject:
     id: int
     slug: str
     served_model: str  # the alias the harness asks for
-    upstream_url: str
+    upstream_urls: tuple[str, ...]  # the model servers, all serving the same base and adapters
     base_upstream_model: str
     primary: str  # upstream model name of the primary route; "" = base
     canary: str
     canary_share: int
     base_model: str = ""  # the name the adapters are trained from, as the project records it
-    adapters: frozenset[str] = frozenset()  # this project's adapter versions, by name
+    adapters: Mapping[str, str] = field(default_factory=dict)  # adapter version -> its path
     key_scopes: frozenset[str] = frozenset()  # what the calling key may do (ApiKey.scopes)
 
 
 @dataclass(frozen=True)
 class Destination:
-    upstream_url: str
+    upstream_urls: tuple[str, ...]
     upstream_model: str
     adapter_version: str  # "" when the base model answers
+    adapter_path: str = ""  # where a server that forgot the adapter can load it again
 
 
+def upstream_urls(project: Project) -> list[str]:
+    """The project's model servers: its settings' list, else its one upstream (or VLLM_URL)."""
+    listed = settings_for(project).upstreams
+    return listed or [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
+
+
+class UpstreamHealth:
+    """Which model servers this process saw fail lately. A failed server is skipped for
+    GATEWAY_UPSTREAM_COOLDOWN_SECONDS, then gets calls again; an answer clears its record."""
+
+    def __init__(self) -> None:
+        self._retry_at: dict[str, float] = {}
+        self._turn = itertools.count()
+
+    def order(self, urls: Sequence[str]) -> list[str]:
+        """The servers to try, in order: the healthy ones taking turns, then those cooling
+        down, soonest back first (a call still goes somewhere when every server failed)."""
+        now = time.monotonic()
+        healthy = [url for url in urls if self._retry_at.get(url, 0.0) <= now]
+        cooling = sorted(set(urls) - set(healthy), key=lambda url: self._retry_at[url])
+        if healthy:
+            start = next(self._turn) % len(healthy)
+            healthy = healthy[start:] + healthy[:start]
+        return healthy + cooling
+
+    def failed(self, url: str) -> None:
+        self._retry_at[url] = time.monotonic() + settings.GATEWAY_UPSTREAM_COOLDOWN_SECONDS
+
+    def answered(self, url: str) -> None:
+        self._retry_at.pop(url, None)
+
+
+upstream_health = UpstreamHealth()
 _cache: dict[str, tuple[float, GatewayProject | None]] = {}
 
 
@@ -58,14 +96,14 @@ async def project_for_key(secret: str) -> GatewayProject | None:
         )
         route = await ModelRoute.objects.filter(project=key.project).afirst() if key else None
         adapters = (
-            [
-                name
-                async for name in Adapter.objects.filter(project=key.project).values_list(
-                    "name", flat=True
+            {
+                name: path
+                async for name, path in Adapter.objects.filter(project=key.project).values_list(
+                    "name", "path"
                 )
-            ]
+            }
             if key
-            else []
+            else {}
         )
     except DatabaseError:
         if cached:  # the database is away: answer with what this process last knew
@@ -79,13 +117,13 @@ async def project_for_key(secret: str) -> GatewayProject | None:
             id=p.pk,
             slug=p.slug,
             served_model=p.served_model,
-            upstream_url=(p.upstream_url or settings.VLLM_URL).rstrip("/"),
+            upstream_urls=tuple(upstream_urls(p)),
             base_upstream_model=p.upstream_model or p.served_model,
             primary=route.primary if route else "",
             canary=route.canary if route else "",
             canary_share=route.canary_share if route else 0,
             base_model=p.base_model,
-            adapters=frozenset(adapters),
+            adapters=adapters,
             key_scopes=frozenset(key.scopes),
         )
     _cache[secret_hash] = (now + CACHE_SECONDS, project)
@@ -112,14 +150,18 @@ def destination_for(
     # The alias first: by default it is also the base model's name, and it must follow the route.
     if requested_model != project.served_model:
         if requested_model in project.adapters:
-            return Destination(project.upstream_url, requested_model, requested_model)
+            return _to_adapter(project, requested_model)
         if requested_model in (project.base_upstream_model, project.base_model):
-            return Destination(project.upstream_url, project.base_upstream_model, "")
+            return Destination(project.upstream_urls, project.base_upstream_model, "")
         return None
     target = project.primary
     share = project.canary_share if project.canary else 0
     if share and (rng or random).random() * 100 < share:
         target = project.canary
     if not target:
-        return Destination(project.upstream_url, project.base_upstream_model, "")
-    return Destination(project.upstream_url, target, target)
+        return Destination(project.upstream_urls, project.base_upstream_model, "")
+    return _to_adapter(project, target)
+
+
+def _to_adapter(project: GatewayProject, name: str) -> Destination:
+    return Destination(project.upstream_urls, name, name, project.adapters.get(name, ""))

@@ -14,7 +14,13 @@ from django.views.decorators.csrf import csrf_exempt
 
 from reviewapp.gateway.conversation import StreamAssembler
 from reviewapp.gateway.recorder import recorder
-from reviewapp.gateway.routing import Destination, GatewayProject, destination_for, project_for_key
+from reviewapp.gateway.routing import (
+    Destination,
+    GatewayProject,
+    destination_for,
+    project_for_key,
+    upstream_health,
+)
 from reviewapp.gateway.tracecontext import trace_id_from_traceparent
 from reviewapp.models import KeyScope
 from reviewapp.services.calls import RecordedCall
@@ -22,6 +28,9 @@ from reviewapp.services.calls import RecordedCall
 logger = logging.getLogger(__name__)
 
 MAX_TRACE_ID_LENGTH = 200
+# The server could not take the call (a proxy in front of it, or it is starting or overloaded):
+# the call did not run there, so another server may take it.
+UNAVAILABLE_STATUS = {502, 503, 504}
 _clients: dict[int, httpx.AsyncClient] = {}
 
 
@@ -190,10 +199,7 @@ class _Call:
         self.started_at = timezone.now()
         self.started = time.perf_counter()
         self.first_byte: float | None = None
-
-    @property
-    def url(self) -> str:
-        return f"{self.destination.upstream_url}/chat/completions"
+        self.upstream_url = destination.upstream_urls[0]  # the server that took the call
 
     def _payload(self) -> bytes:
         return orjson.dumps({**self.body, "model": self.destination.upstream_model})
@@ -213,7 +219,7 @@ class _Call:
                 requested_model=self.body["model"],
                 upstream_model=self.destination.upstream_model,
                 adapter_version=self.destination.adapter_version,
-                upstream_url=self.destination.upstream_url,
+                upstream_url=self.upstream_url,
                 stream=bool(self.body.get("stream")),
                 request=self.body,
                 response=response,
@@ -237,11 +243,74 @@ class _Call:
             502, f"the model server is unreachable ({type(error).__name__})", "upstream_error"
         )
 
+    async def _post(self, client: httpx.AsyncClient, *, stream: bool) -> httpx.Response:
+        request = client.build_request(
+            "POST",
+            f"{self.upstream_url}/chat/completions",
+            content=self._payload(),
+            headers=self._headers(),
+        )
+        return await client.send(request, stream=stream)
+
+    async def _send(self, *, stream: bool) -> httpx.Response:
+        """The answer of the first server that takes the call, healthy servers first, taking
+        turns. One that cannot take it (unreachable, 502/503/504) is skipped for a cooldown and
+        the next one tried; one that forgot a deployed adapter loads it and gets the call again."""
+        client = _upstream_client()
+        servers = upstream_health.order(self.destination.upstream_urls)
+        for attempt, url in enumerate(servers, start=1):
+            self.upstream_url = url
+            try:
+                response = await self._post(client, stream=stream)
+            except httpx.ConnectError:
+                upstream_health.failed(url)
+                if attempt < len(servers):
+                    continue
+                raise
+            except httpx.HTTPError:
+                upstream_health.failed(url)
+                raise
+            if response.status_code in UNAVAILABLE_STATUS:
+                upstream_health.failed(url)
+                if attempt < len(servers):
+                    await response.aclose()
+                    continue
+                return response
+            upstream_health.answered(url)
+            if response.status_code == 404 and await self._reloaded_adapter(client, response):
+                return await self._post(client, stream=stream)
+            return response
+        raise AssertionError("a project always has a model server")
+
+    async def _reloaded_adapter(self, client: httpx.AsyncClient, response: httpx.Response) -> bool:
+        """A server restarted (or added) since the deploy does not know the adapter: load it
+        from the shared adapter store on that server. True when the call should be sent again."""
+        if not self.destination.adapter_path or b"does not exist" not in await response.aread():
+            return False
+        try:
+            loaded = await client.post(
+                f"{self.upstream_url}/load_lora_adapter",
+                json={
+                    "lora_name": self.destination.upstream_model,
+                    "lora_path": self.destination.adapter_path,
+                },
+                headers=self._headers(),
+            )
+        except httpx.HTTPError as error:
+            logger.warning("reloading %s failed: %r", self.destination.upstream_model, error)
+            return False
+        logger.info(
+            "reloaded %s on %s: HTTP %s",
+            self.destination.upstream_model,
+            self.upstream_url,
+            loaded.status_code,
+        )
+        await response.aclose()
+        return True  # a 400 "already loaded" means a concurrent call loaded it: send it too
+
     async def forward(self) -> HttpResponse:
         try:
-            upstream = await _upstream_client().post(
-                self.url, content=self._payload(), headers=self._headers()
-            )
+            upstream = await self._send(stream=False)
         except httpx.HTTPError as error:
             return self._failed(error)
         self.first_byte = time.perf_counter()
@@ -263,12 +332,8 @@ class _Call:
         )
 
     async def forward_streaming(self) -> HttpResponse:
-        client = _upstream_client()
-        request = client.build_request(
-            "POST", self.url, content=self._payload(), headers=self._headers()
-        )
         try:
-            upstream = await client.send(request, stream=True)
+            upstream = await self._send(stream=True)
         except httpx.HTTPError as error:
             return self._failed(error)
         if upstream.status_code >= 400:

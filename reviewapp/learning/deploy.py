@@ -10,7 +10,8 @@ A project's ModelRoute changes only here, each change under the row's lock:
 
 A refused change raises DeployRefused and changes nothing. Loading on the model servers takes
 seconds, so it happens before the lock; a deploy whose route moved meanwhile is refused rather
-than overwriting that move.
+than overwriting that move. Each server's outcome is kept on the adapter (eval_results["deploy"]);
+the route moves once DEPLOY_QUORUM servers (default: all) loaded the adapter and answered with it.
 """
 
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from reviewapp.gateway.routing import forget_cached_routes
+from reviewapp.gateway.routing import forget_cached_routes, upstream_urls
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.lineage import adapter_report
 from reviewapp.models import Project
@@ -60,10 +61,6 @@ def deployment_of(adapter: Adapter, route: ModelRoute | None) -> Deployment:
     if route.canary == adapter.name:
         return Deployment("canary", route.canary_share)
     return Deployment("idle", 0, restored_by_rollback=route.previous_primary == adapter.name)
-
-
-def upstreams_for(project: Project) -> list[str]:
-    return [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
 
 
 @contextmanager
@@ -104,10 +101,16 @@ def deploy_adapter(*, adapter: Adapter, share: int = 100, client: httpx.Client |
     seen = ModelRoute.objects.filter(project=project).first()
     _refuse_deploy(adapter, seen)  # before loading: a refused adapter never reaches a server
     client = client or httpx.Client(timeout=60)
-    urls = upstreams_for(project)
-    load_adapter(client, urls, name=adapter.name, path=adapter.path)
-    for url in urls:
-        canary_request(client, url, model=adapter.name)
+    servers = [_load_on(client, url, adapter) for url in upstream_urls(project)]
+    _record_deploy(adapter, servers)
+    loaded = sum(server["loaded"] for server in servers)
+    quorum = min(settings.DEPLOY_QUORUM or len(servers), len(servers))
+    if loaded < quorum:
+        errors = "; ".join(server["error"] for server in servers if not server["loaded"])
+        raise DeployError(
+            f"{loaded} of {len(servers)} model servers serve {adapter.name}, {quorum} needed: "
+            f"{errors}"
+        )
     with _locked_route(project) as route:
         if route.revision != (seen.revision if seen else 0):
             raise DeployRefused(
@@ -118,6 +121,25 @@ def deploy_adapter(*, adapter: Adapter, share: int = 100, client: httpx.Client |
             _make_primary(route, adapter.name)
         else:
             route.canary, route.canary_share = adapter.name, share
+
+
+def _load_on(client: httpx.Client, url: str, adapter: Adapter) -> dict:
+    """Load the adapter on one model server and prove it answers; the outcome, never raises."""
+    try:
+        load_adapter(client, url, name=adapter.name, path=adapter.path)
+        canary_request(client, url, model=adapter.name)
+    except DeployError as error:
+        return {"url": url, "loaded": False, "error": str(error)[:500]}
+    return {"url": url, "loaded": True, "error": ""}
+
+
+def _record_deploy(adapter: Adapter, servers: list[dict]) -> None:
+    with transaction.atomic():
+        locked = Adapter.objects.select_for_update().get(pk=adapter.pk)
+        deploy = {"at": timezone.now().isoformat(), "servers": servers}
+        locked.eval_results = {**(locked.eval_results or {}), "deploy": deploy}
+        locked.save(update_fields=["eval_results"])
+    adapter.eval_results = locked.eval_results
 
 
 def _refuse_unless_canary(adapter: Adapter, route: ModelRoute, action: str) -> None:

@@ -1,0 +1,191 @@
+"""Several model servers per project: the gateway takes turns across the healthy ones and skips
+a failing one for a cooldown; a deploy loads the adapter on each and routes on a quorum.
+
+Model servers are FAKE (tests/fake_upstream.py over real HTTP); one of them fails on purpose.
+"""
+
+import asyncio
+
+import orjson
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import AsyncClient, Client, override_settings
+
+from reviewapp.gateway.recorder import recorder
+from reviewapp.gateway.routing import forget_cached_routes
+from reviewapp.learning.deploy import DeployError, deploy_adapter
+from reviewapp.models import Adapter, ModelRoute
+from reviewapp.project_settings import SettingsError, update_settings
+from reviewapp.services.projects import create_api_key, create_project
+from tests.fake_upstream import FakeUpstream
+
+
+class FailingUpstream(FakeUpstream):
+    """A model server that answers every request with `status` until `recover()`."""
+
+    def __init__(self, status: int = 503, message: str = "the server is starting") -> None:
+        super().__init__()
+        self.status, self.message, self.failing = status, message, True
+
+    def recover(self) -> None:
+        self.failing = False
+
+    async def app(self, scope, receive, send):
+        if scope["type"] == "http" and self.failing:
+            self.requests.append({"path": scope["path"], "headers": {}, "body": {}})
+            error = {"message": self.message, "type": "error", "code": self.status}
+            await self._json(send, self.status, {"error": error})
+            return
+        await super().app(scope, receive, send)
+
+
+@pytest.fixture
+def healthy():
+    servers = [FakeUpstream().start(), FakeUpstream().start()]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def failing():
+    server = FailingUpstream().start()
+    yield server
+    server.stop()
+
+
+def chat_calls(server: FakeUpstream) -> int:
+    return sum(request["path"].endswith("/chat/completions") for request in server.requests)
+
+
+def serve_from(project, servers) -> None:
+    update_settings(project=project, changes={"upstreams": [server.url for server in servers]})
+    forget_cached_routes()
+
+
+def chat(key: str):
+    body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}]}
+    return AsyncClient().post(
+        "/v1/chat/completions",
+        orjson.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
+def test_an_upstream_that_is_not_a_url_is_refused(project):
+    with pytest.raises(SettingsError, match="upstreams"):
+        update_settings(project=project, changes={"upstreams": ["model-server:8000"]})
+
+
+def test_the_same_upstream_twice_is_refused(project):
+    with pytest.raises(SettingsError, match="twice"):
+        update_settings(
+            project=project, changes={"upstreams": ["http://a:8000/v1", "http://a:8000/v1/"]}
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_gateway_takes_turns_across_healthy_upstreams(healthy):
+    key = await gateway_key(healthy)
+    for _ in range(6):
+        assert (await chat(key)).status_code == 200
+    assert [chat_calls(server) for server in healthy] == [3, 3]
+    assert recorder.wait_until_idle(10)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_failing_upstream_is_skipped_and_every_call_is_answered(healthy, failing):
+    key = await gateway_key([failing, healthy[0]])
+    for _ in range(6):
+        assert (await chat(key)).status_code == 200
+    assert chat_calls(failing) == 1  # failed once, then left alone for its cooldown
+    assert chat_calls(healthy[0]) == 6
+    assert recorder.wait_until_idle(10)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_failed_upstream_gets_calls_again_after_its_cooldown(healthy, failing):
+    key = await gateway_key([failing, healthy[0]])
+    with override_settings(GATEWAY_UPSTREAM_COOLDOWN_SECONDS=1.0):
+        for _ in range(2):
+            assert (await chat(key)).status_code == 200
+        failing.recover()
+        for _ in range(2):
+            assert (await chat(key)).status_code == 200
+        assert chat_calls(failing) == 1  # still cooling down
+        await asyncio.sleep(1.1)
+        for _ in range(2):
+            assert (await chat(key)).status_code == 200
+    assert chat_calls(failing) == 2  # back in turn with the other server
+    assert recorder.wait_until_idle(10)
+
+
+@sync_to_async
+def gateway_key(servers) -> str:
+    project = create_project(slug="shop")
+    serve_from(project, servers)
+    return create_api_key(project=project)[1]
+
+
+def make_adapter(project) -> Adapter:
+    return Adapter.objects.create(
+        project=project, version=1, name="acme-v1", path="/adapters/acme-v1", base_model="b",
+        checksum="c",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def refusing():
+    """A server that cannot read the shared adapter store: vLLM answers 404 to the load."""
+    server = FailingUpstream(404, "The lora adapter 'acme-v1' cannot be found.").start()
+    yield server
+    server.stop()
+
+
+def loads(server: FakeUpstream) -> list[dict]:
+    return [r["body"] for r in server.requests if r["path"].endswith("/load_lora_adapter")]
+
+
+def test_a_deploy_loads_the_adapter_on_every_upstream(project, healthy):
+    serve_from(project, healthy)
+    adapter = make_adapter(project)
+    deploy_adapter(adapter=adapter)
+    for server in healthy:
+        assert loads(server) == [{"lora_name": "acme-v1", "lora_path": "/adapters/acme-v1"}]
+    assert ModelRoute.objects.get(project=project).primary == "acme-v1"
+
+
+def test_a_deploy_one_server_refused_leaves_routing_alone_and_records_each_server(
+    project, healthy, refusing
+):
+    serve_from(project, [healthy[0], refusing])
+    adapter = make_adapter(project)
+    with pytest.raises(DeployError, match="1 of 2 model servers"):
+        deploy_adapter(adapter=adapter)
+    assert not ModelRoute.objects.filter(project=project, primary="acme-v1").exists()
+    servers = Adapter.objects.get(pk=adapter.pk).eval_results["deploy"]["servers"]
+    assert [(s["url"], s["loaded"]) for s in servers] == [
+        (healthy[0].url, True),
+        (refusing.url, False),
+    ]
+    assert "cannot be found" in servers[1]["error"]
+
+
+@override_settings(DEPLOY_QUORUM=1)
+def test_a_quorum_of_one_routes_when_one_server_took_the_adapter(project, healthy, refusing):
+    serve_from(project, [healthy[0], refusing])
+    deploy_adapter(adapter=make_adapter(project))
+    assert ModelRoute.objects.get(project=project).primary == "acme-v1"
+
+
+def test_the_adapter_page_shows_each_servers_deploy_outcome(project, alice, healthy, refusing):
+    serve_from(project, [healthy[0], refusing])
+    adapter = make_adapter(project)
+    with pytest.raises(DeployError):
+        deploy_adapter(adapter=adapter)
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/p/acme/adapters/1/").content.decode()
+    assert f'<code>{refusing.url}</code> <span class="badge error">failed</span>' in page
+    assert f'<code>{healthy[0].url}</code> <span class="badge completed">loaded</span>' in page
