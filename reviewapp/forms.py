@@ -40,14 +40,20 @@ class FeedbackForm(forms.Form):
 
     def __init__(self, *args, turns: list[TurnView], **kwargs):
         super().__init__(*args, **kwargs)
-        choices = [("trace", "the whole trace")]
+        # Feedback is about what the model did: its replies and its tool calls, never the user's
+        # or a tool's messages; on a long trace each reply shows its opening words to find it by.
+        replies, calls = [], []
         for turn in turns:
             if turn.role != "assistant":
                 continue
-            choices.append((f"turn:{turn.index}", f"turn {turn.index} (assistant)"))
+            opening = " ".join(turn.text.split()[:8]) or (
+                "tool calls" if turn.tool_calls else "(empty)"
+            )
+            replies.append((f"turn:{turn.index}", f"#{turn.index} {opening}"))
             for call in turn.tool_calls:
-                choices.append((f"call:{call.id}", f"tool call {call.name} ({call.id})"))
-        self.fields["anchor"].choices = choices
+                calls.append((f"call:{call.id}", f"#{turn.index} {call.name} ({call.id})"))
+        choices = [("trace", "the whole trace"), ("Assistant replies", replies)]
+        self.fields["anchor"].choices = choices + ([("Tool calls", calls)] if calls else [])
 
     def extra_fields(self):
         """The fields folded under "Correction and checks"."""

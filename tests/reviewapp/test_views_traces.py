@@ -228,3 +228,18 @@ def test_pages_carry_an_enforced_content_security_policy(bob, traces):
     assert "script-src 'self'" in policy
     assert "unsafe-inline" not in policy
     assert "Content-Security-Policy-Report-Only" not in response
+
+
+def test_about_lists_only_the_assistant_replies_and_tool_calls_of_a_long_trace(bob, project):
+    messages = [{"role": "system", "content": "Be brief."}]
+    for step in range(30):
+        messages += [
+            {"role": "user", "content": f"question {step}"},
+            {"role": "assistant", "content": f"answer {step} is here"},
+        ]
+    ingest_traces(project=project, raw_items=[make_trace("long", messages=messages, tools=[])])
+    html = logged_in(bob).get(detail_url(project.traces.get())).content.decode()
+    about = html[html.index('name="anchor"') : html.index("</select>", html.index('name="anchor"'))]
+    assert about.count("<option") == 31  # the whole trace, and the 30 replies
+    assert 'value="turn:2">#2 answer 0 is here</option>' in about
+    assert "question" not in about and 'value="turn:1"' not in about
