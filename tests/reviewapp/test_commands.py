@@ -5,7 +5,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from reviewapp.models import ApiKey, Project, Trace
+from reviewapp.models import ApiKey, Feedback, Membership, Project, Trace, TraceTag
 from tests.factories import ApiClient, make_trace
 
 
@@ -97,3 +97,16 @@ def test_seed_demo_can_run_twice(db, settings, tmp_path):
     assert Trace.objects.filter(project__slug="demo").count() == 10
     secret = (tmp_path / "demo-api-key").read_text().strip()
     assert ApiClient(secret).get("/api/v1/traces").json()["traces"]
+
+
+def test_seed_demo_ships_a_taxonomy_reviewed_traces_feedback_and_a_queue(db, settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    run("seed_demo", "--traces", "10")
+    run("seed_demo", "--traces", "10")  # a second run adds nothing twice
+    demo = Project.objects.get(slug="demo")
+    assert demo.tags.count() >= 9
+    assert TraceTag.objects.filter(trace__project=demo, reviewer__username="admin").count() == 4
+    assert Feedback.objects.filter(trace__project=demo).count() == 3
+    assert Feedback.objects.filter(trace__project=demo).exclude(correction=None).count() == 1
+    assert demo.queues.get().name == "Tool errors"
+    assert Membership.objects.get(project=demo, user__username="admin").role == "admin"

@@ -9,9 +9,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from reviewapp.models import Project, TraceSource
+from reviewapp.models import Membership, Project, Queue, Role, Tag, TraceSource, TraceTag
+from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.projects import create_api_key, create_project
+from reviewapp.services.queues import build_queue
 
 CALCULATOR = {
     "type": "function",
@@ -42,6 +44,20 @@ HANDBOOK = {
     "shipping": "Orders ship within 2 business days.",
     "support hours": "Support is open 9:00-17:00 CET on weekdays.",
 }
+
+
+# The demo's failure taxonomy: (name, parent, description). The first nine get keys 1-9.
+TAXONOMY = [
+    ("answer", None, "Something is wrong with the final answer."),
+    ("wrong-answer", "answer", "The answer is incorrect."),
+    ("too-verbose", "answer", "Longer than the question needs."),
+    ("made-up-fact", "answer", "States something no tool or message supports."),
+    ("tools", None, "Something is wrong with how tools are used."),
+    ("wrong-tool", "tools", "Called a tool that does not fit the question."),
+    ("bad-arguments", "tools", "Called the right tool with wrong arguments."),
+    ("ignored-tool-error", "tools", "Went on as if a failed tool call had worked."),
+    ("good-example", None, "A trace worth learning from as it is."),
+]
 
 
 def demo_trace(index: int, rng: random.Random) -> dict:
@@ -113,6 +129,68 @@ class Command(BaseCommand):
             source=TraceSource.IMPORT,
         )
         created = sum(result.status == 201 for result in results)
+        admin = users.get(username="admin")
+        Membership.objects.get_or_create(project=project, user=admin, defaults={"role": Role.ADMIN})
+        self._review_some(project, admin)
         self.stdout.write(f"demo project ready: {created} new traces")
         self.stdout.write(f"  API key:        {key_file}")
         self.stdout.write(f"  admin password: {password_file} (user 'admin')")
+
+    def _review_some(self, project: Project, admin) -> None:
+        """A taxonomy, a few tagged traces with feedback, and a queue: every page has something."""
+        tags: dict[str, Tag] = {}
+        for name, parent, description in TAXONOMY:
+            tags[name], _ = Tag.objects.get_or_create(
+                project=project,
+                name=name,
+                defaults={"parent": tags.get(parent), "description": description},
+            )
+        traces = {trace.external_id: trace for trace in project.traces.filter(source="import")}
+        if "demo-0003" not in traces or traces["demo-0003"].feedback.exists():
+            return  # fewer demo traces asked for, or reviewed on an earlier run
+        reviewed = [
+            ("demo-0003", "ignored-tool-error", None),
+            ("demo-0001", "good-example", None),
+            ("demo-0002", "too-verbose", "Answer in one sentence; do not repeat the question."),
+            ("demo-0005", "wrong-answer", "Give the product as a number only, e.g. 42."),
+        ]
+        for external_id, tag_name, text in reviewed:
+            trace = traces[external_id]
+            TraceTag.objects.get_or_create(trace=trace, tag=tags[tag_name], reviewer=admin)
+            if text is None:
+                continue
+            messages = trace.body_json()["messages"]
+            # The product question gets a corrected reply too: a target that needs no teacher.
+            correction = (
+                {"role": "assistant", "content": messages[3]["content"]}
+                if tag_name == "wrong-answer"
+                else None
+            )
+            record_feedback(
+                trace=trace,
+                text=text,
+                turn=len(messages) - 1,
+                reviewer=admin,
+                author=admin.get_username(),
+                correction=correction,
+                checks=[{"kind": "max_words", "value": 12}],
+            )
+        record_feedback(
+            trace=traces["demo-0003"],
+            text="The lookup failed: say so and offer to try again, do not guess.",
+            reviewer=admin,
+            author=admin.get_username(),
+        )
+        if not Queue.objects.filter(project=project).exists():
+            build_queue(
+                project=project,
+                name="Tool errors",
+                filters={"termination": ["tool_error"]},
+                filter_query="termination=tool_error",
+                sample_size=None,
+                seed=None,
+                reviewers_per_item=1,
+                blind=False,
+                assignees=[],
+                created_by=admin,
+            )
