@@ -49,6 +49,13 @@ def write_adapter(
     partial = Path(tempfile.mkdtemp(dir=dest_root, prefix=f".{name}.partial-"))
     try:
         model.save_pretrained(partial)
+        # vLLM's filesystem resolver (a restarted server loading a deployed adapter by name) takes
+        # it only if this names the --model it serves: serve_model passes the resolved directory.
+        adapter_config = json.loads((partial / "adapter_config.json").read_text())
+        base = adapter_config.get("base_model_name_or_path")
+        if base and Path(base).is_dir():
+            adapter_config["base_model_name_or_path"] = str(Path(base).resolve())
+            (partial / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
         (partial / "training_config.json").write_text(config.to_json())
         lineage = {
             "name": name,

@@ -66,13 +66,25 @@ def vllm_command(
     ]  # fmt: skip
 
 
-def vllm_environment(kv_cache_gib: int = 2) -> dict[str, str]:
+def vllm_environment(kv_cache_gib: int = 2, adapters_dir: Path | None = None) -> dict[str, str]:
+    """With `adapters_dir`, a request naming an adapter the server does not know loads
+    `adapters_dir/<name>` (vLLM's filesystem resolver): a restarted server or a new replica
+    serves deployed adapters without a redeploy."""
+    resolver = (
+        {
+            "VLLM_PLUGINS": "lora_filesystem_resolver",
+            "VLLM_LORA_RESOLVER_CACHE_DIR": str(adapters_dir),
+        }
+        if adapters_dir is not None
+        else {}
+    )
     return {
         **os.environ,
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # /v1/load_lora_adapter for hot deploys
         "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        **resolver,
     }
 
 
