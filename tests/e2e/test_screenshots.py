@@ -242,10 +242,14 @@ def test_screenshots_of_the_trace_list_and_a_trace(
     page.goto(f"/p/acme/traces/{demo_project.pk}/")
     expect(page.locator("#feedback-panel article.feedback")).to_have_count(2)
     page.screenshot(path=folder / "trace-detail.png", full_page=True)
-    assert (
-        min((folder / name).stat().st_size for name in ("trace-list.png", "trace-detail.png"))
-        > 20_000
-    )
+    # The pages around them: the taxonomy (with an admin's edit controls), the training data,
+    # and the queues.
+    pages = {"tags": "/p/acme/tags/", "dataset": "/p/acme/dataset/", "queues": "/p/acme/queues/"}
+    for name, url in pages.items():
+        page.goto(url)
+        page.screenshot(path=folder / f"{name}.png", full_page=True)
+    names = ["trace-list.png", "trace-detail.png"] + [f"{name}.png" for name in pages]
+    assert min((folder / name).stat().st_size for name in names) > 20_000
 
 
 @pytest.fixture
