@@ -13,7 +13,8 @@ For each kind of feedback (form, length, ending, tone, content, format), as a te
   the feedback) sampled until a revision passes the check or 16 samples are spent, the best
   passing one approved ("checks pass" auto-approve);
 - one run with default settings (TrainingConfig()), the forgetting guard's replay set included,
-  then the gate as the worker runs it (training/evaluation.py + training/gate.py);
+  then the gate as the worker runs it (training/evaluation.py + training/gate.py) on the final
+  adapter (the worker would also try an earlier checkpoint when the final one fails);
 - 8 held-out questions never reviewed: adherence to the feedback of the base, of the base with
   the feedback as its system prompt (what a user would try first) and of the adapter; and the
   general regression facts, base vs adapter.
@@ -26,6 +27,7 @@ teacher call to the gate's decision; with vLLM serving the teacher, targets come
 import argparse
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -188,7 +190,15 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
 
     replay = base_replay_examples(base, tokenizer, cache_dir=cache_dir)[: config.replay_examples]
     model = add_lora(base, config)
-    result = train(model, tokenizer, config, examples=examples, replay=replay)
+    with tempfile.TemporaryDirectory() as checkpoints:  # the default run writes checkpoints
+        result = train(
+            model,
+            tokenizer,
+            config,
+            examples=examples,
+            replay=replay,
+            checkpoint_dir=Path(checkpoints),
+        )
 
     feedback_items = [
         {

@@ -31,6 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DATABASE = "faults_template"
 START_TIMEOUT_S = 60.0
 PROJECT_SLUG = "acme"
+# The project's served model name (the default alias): the only model its gateway forwards.
+PROJECT_MODEL = "SmolLM2-135M-Instruct"
 
 
 def wait_for(condition, *, timeout: float, what: str, interval: float = 0.05):

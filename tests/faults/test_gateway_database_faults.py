@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from tests.faults.conftest import wait_for
+from tests.faults.conftest import PROJECT_MODEL, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_postgres_restarted_under_gateway_traffic_the_harness_still_gets_answers
     stop = threading.Event()
 
     def call_repeatedly() -> None:
-        body = {"model": "echo-model", "messages": [{"role": "user", "content": "hello"}]}
+        body = {"model": PROJECT_MODEL, "messages": [{"role": "user", "content": "hello"}]}
         with httpx.Client(timeout=30) as client:
             while not stop.is_set():
                 try:

@@ -7,7 +7,13 @@ import time
 import httpx
 import pytest
 
-from tests.faults.conftest import approve_a_correction, finished_run, use_tiny_base, wait_for
+from tests.faults.conftest import (
+    PROJECT_MODEL,
+    approve_a_correction,
+    finished_run,
+    use_tiny_base,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -16,15 +22,19 @@ CALL_TIMEOUT_S = 30.0  # the client's own limit; nothing here may come near it
 
 def test_model_server_killed_during_gateway_traffic_answers_502_and_records_errors(stack, headers):
     upstream = stack.upstream()
-    stack.execute("UPDATE reviewapp_project SET upstream_url = %s", upstream.url)
+    # The project's model is the fake's "drip-model": its streams last 6 s, so one is in flight
+    # when the server dies (plain calls answer at once whatever the model).
+    stack.execute(
+        "UPDATE reviewapp_project SET upstream_url = %s, upstream_model = 'drip-model'",
+        upstream.url,
+    )
     web = stack.web()
     outcomes: list[tuple[bool, int | str, float]] = []  # (streamed, status or error, seconds)
     stop = threading.Event()
 
     def call_repeatedly(stream: bool) -> None:
-        # "drip-model" streams for 6 s, so a stream is in flight when the server dies.
         body = {
-            "model": "drip-model" if stream else "echo-model",
+            "model": PROJECT_MODEL,
             "messages": [{"role": "user", "content": "hello"}],
             "stream": stream,
         }
@@ -79,7 +89,7 @@ def test_model_server_dying_during_a_deploy_ends_deploy_failed_with_routing_unch
     project_id = stack.scalar("SELECT id FROM reviewapp_project")
     stack.execute(
         'INSERT INTO reviewapp_modelroute (project_id, "primary", canary, canary_share, '
-        "previous_primary, updated_at) VALUES (%s, 'acme-v0', '', 0, '', now())",
+        "previous_primary, updated_at, revision) VALUES (%s, 'acme-v0', '', 0, '', now(), 0)",
         project_id,
     )
     web = stack.web()
