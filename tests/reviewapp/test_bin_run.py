@@ -52,8 +52,10 @@ def run_bin_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, list[str]]
 def test_the_web_starts_before_vllm_is_prepared_and_the_installer_writes_to_a_log(tmp_path):
     finished, events = run_bin_run(tmp_path)
 
-    prepare = next(i for i, event in enumerate(events) if "--prepare-only" in event)
-    assert events.index("uvicorn") < prepare and events.index("celery") < prepare
+    # All three run in the background, so the order their stubs write in is the machine's; the
+    # order bin/run launched them in is the order of its own messages (the last assert).
+    assert {"uvicorn", "celery"} <= set(events)
+    assert any("--prepare-only" in event for event in events)
     assert INSTALLER_NOISE not in finished.stdout + finished.stderr
     assert INSTALLER_NOISE in (tmp_path / "var" / "vllm-install.log").read_text()
     assert "about 5 minutes" in finished.stdout and "var/vllm-install.log" in finished.stdout
