@@ -303,12 +303,14 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces) -> dict:
 
 
 def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
-    """Only an adapter that passes the gate serves traffic; a failed deploy changes no route."""
+    """Only an adapter that passes the gate serves traffic; a failed deploy changes no route.
+
+    The gate's decision is the chosen candidate's (made once, in _choose_candidate)."""
     from training.deploy import DeployError
-    from training.gate import gate_decision
 
     project_settings = settings_for(run.project)
-    passes, reason = gate_decision(metrics, project_settings.gate_thresholds())
+    chosen = next(candidate for candidate in metrics["candidates"] if candidate["chosen"])
+    passes, reason = chosen["passed"], chosen["reason"]
     metrics = {**metrics, "gate": {"passed": passes, "reason": reason}}
     if not passes:
         move(

@@ -130,9 +130,13 @@ def claim(run_id: int) -> TrainingRun | None:
     return TrainingRun.objects.select_related("project").get(pk=run_id)
 
 
-def _stale() -> Q:
+def _stale_cutoff():
     # A worker reports while it holds a run; past this timeout it is presumed dead.
-    cutoff = timezone.now() - timedelta(seconds=settings.TRAINING_HEARTBEAT_TIMEOUT_SECONDS)
+    return timezone.now() - timedelta(seconds=settings.TRAINING_HEARTBEAT_TIMEOUT_SECONDS)
+
+
+def _stale() -> Q:
+    cutoff = _stale_cutoff()
     return Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
 
 
@@ -219,8 +223,9 @@ def request_cancel(*, run: TrainingRun) -> None:
 
 def fail_stale_runs(*, project: Project | None = None) -> int:
     """Runs whose worker stopped reporting are failed, never left 'running' forever."""
-    stale = TrainingRun.objects.filter(_stale()).exclude(status=RunStatus.QUEUED)
-    stale = stale.filter(status__in=ACTIVE_RUN_STATUSES)
+    stale = TrainingRun.objects.filter(_stale(), status__in=ACTIVE_RUN_STATUSES).exclude(
+        status=RunStatus.QUEUED
+    )
     if project is not None:
         stale = stale.filter(project=project)
     return stale.update(
@@ -232,10 +237,12 @@ def fail_stale_runs(*, project: Project | None = None) -> int:
 
 def is_presumed_dead(run: TrainingRun) -> bool:
     """For pages: an active run whose worker stopped reporting (read only, nothing written)."""
+    last_sign_of_life = run.heartbeat_at or run.started_at
     return (
         run.status in ACTIVE_RUN_STATUSES
         and run.status != RunStatus.QUEUED
-        and TrainingRun.objects.filter(_stale(), pk=run.pk).exists()
+        and last_sign_of_life is not None
+        and last_sign_of_life < _stale_cutoff()
     )
 
 

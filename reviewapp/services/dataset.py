@@ -22,12 +22,7 @@ from reviewapp.models import (
     Termination,
     Trace,
 )
-from reviewapp.project_settings import (  # noqa: F401 (POLICY_CHOICES: the policy form's)
-    POLICY_CHOICES,
-    DataPolicy,
-    settings_for,
-    update_settings,
-)
+from reviewapp.project_settings import DataPolicy, settings_for, update_settings
 
 # Reasons in the order they are tested: a candidate is counted under the first that applies.
 REASONS = {

@@ -16,14 +16,9 @@ from reviewapp.charts import multi_line_chart, stacked_bar_chart
 from reviewapp.filters import filtered_traces
 from reviewapp.forms import MonitorForm
 from reviewapp.models import Project, TargetState, Termination
+from reviewapp.project_settings import POLICY_CHOICES, DataPolicy
 from reviewapp.services.alerts import alerts_from_monitor, project_alerts
-from reviewapp.services.dataset import (
-    POLICY_CHOICES,
-    DataPolicy,
-    build_training_set,
-    data_policy_for,
-    set_data_policy,
-)
+from reviewapp.services.dataset import build_training_set, data_policy_for, set_data_policy
 from reviewapp.services.monitors import GroupStats, Monitor, compute_monitor, evidence_url
 from reviewapp.views.access import (
     get_admin_membership_for_user,
