@@ -120,6 +120,14 @@ class Trace(models.Model):
     preview = models.CharField(max_length=300, blank=True)
     # Assistant answers and tool errors, for the text filter (trigram index, migration 0013).
     search_text = models.TextField(blank=True, default="")
+    # Facts the monitors aggregate (reviewapp/services/facts.py), exact over every trace.
+    tool_results = models.JSONField(default=dict, blank=True)  # tool name -> results
+    tool_errors = models.JSONField(default=dict, blank=True)  # tool name -> error results
+    tool_result_count = models.IntegerField(default=0)
+    tool_error_count = models.IntegerField(default=0)
+    answer_count = models.IntegerField(default=0)  # assistant turns with text, no tool call
+    answer_words = models.IntegerField(default=0)  # words in those answers
+    truncated_replies = models.IntegerField(default=0)  # replies cut at max_tokens
     # zlib-compressed JSON {"messages": [...], "tools": [...]}; see `body_json`.
     body = models.BinaryField()
     # sha256 of the canonical item as received: tells an unchanged replay from a conflict.
@@ -145,6 +153,12 @@ class Trace(models.Model):
             models.Index(fields=["project", "received_at"], name="trace_received"),
             # serves: the "most messages" sort
             models.Index(fields=["project", "-message_count", "-id"], name="trace_longest"),
+            # serves: the monitors' newest failing traces per version and tool
+            models.Index(
+                fields=["project", "model", "adapter_version", "-id"],
+                name="trace_tool_errors",
+                condition=Q(tool_error_count__gt=0),
+            ),
             # serves: the gateway's prefix merging (which recent trace does this call extend?)
             models.Index(
                 fields=["project", "tail_hash"],
