@@ -8,6 +8,7 @@ other than http(s)/mailto.
 import json
 import re
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from functools import cached_property
 
 import nh3
@@ -141,3 +142,29 @@ def tool_definitions(tools: list[dict], messages: list[dict]) -> list[ToolDefini
             )
         )
     return views
+
+
+# Words and the whitespace between them: a diff at this grain reads like an edit, and joining
+# the pieces gives the text back exactly.
+_DIFF_TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+@dataclass(frozen=True)
+class DiffPiece:
+    op: str  # "equal", "insert" (only in the revision) or "delete" (only in the original)
+    text: str
+
+
+def word_diff(original: str, revised: str) -> list[DiffPiece]:
+    """The revision against the original, word by word; plain text for the template to escape."""
+    before, after = _DIFF_TOKENS.findall(original), _DIFF_TOKENS.findall(revised)
+    pieces: list[DiffPiece] = []
+    matcher = SequenceMatcher(None, before, after, autojunk=False)
+    for op, start, end, new_start, new_end in matcher.get_opcodes():
+        if op in ("delete", "replace"):
+            pieces.append(DiffPiece("delete", "".join(before[start:end])))
+        if op in ("insert", "replace"):
+            pieces.append(DiffPiece("insert", "".join(after[new_start:new_end])))
+        if op == "equal":
+            pieces.append(DiffPiece("equal", "".join(before[start:end])))
+    return pieces

@@ -44,6 +44,11 @@ urlpatterns = [
         traces.feedback_retry,
         name="feedback_retry",
     ),
+    path(
+        f"{project}traces/<int:trace_id>/feedback/<int:feedback_id>/correct/",
+        traces.feedback_correct,
+        name="feedback_correct",
+    ),
     path(f"{project}traces/<int:trace_id>/similar/", triage.trace_similar, name="trace_similar"),
     path(
         f"{project}traces/<int:trace_id>/similar/apply/",
@@ -81,7 +86,11 @@ urlpatterns = [
     ),
     path(f"{project}targets/", training.target_list, name="target_list"),
     path(f"{project}targets/policy/", training.target_policy, name="target_policy"),
-    path(f"{project}targets/<int:target_id>/", training.target_review, name="target_review"),
+    path(
+        f"{project}targets/feedback/<int:feedback_id>/",
+        training.target_choice,
+        name="target_choice",
+    ),
     path(f"{project}retrain/", training.retrain, name="retrain"),
     path(f"{project}runs/<int:run_id>/", training.run_detail, name="run_detail"),
     path(f"{project}runs/<int:run_id>/cancel/", training.run_cancel, name="run_cancel"),

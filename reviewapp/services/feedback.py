@@ -181,6 +181,62 @@ def retry_feedback(*, feedback: Feedback) -> bool:
     return True
 
 
+@transaction.atomic
+def correct_feedback(*, feedback: Feedback, correction_text: str) -> Feedback:
+    """Give a feedback the model could not use a corrected turn, and ask for its targets again:
+    the correction is the target, no teacher needed."""
+    if feedback.status != FeedbackStatus.FAILED:
+        raise FeedbackError("status: only feedback the model could not use is corrected here")
+    text = correction_text.strip()
+    if not text:
+        raise FeedbackError("correction: write the corrected turn")
+    body = feedback.trace.body_json()
+    messages = body["messages"]
+    turn = feedback.turn
+    if turn is None:  # about the whole trace: its last assistant turn, as the target task reads it
+        turns = [i for i, message in enumerate(messages) if message.get("role") == "assistant"]
+        if not turns:
+            raise FeedbackError("correction: this trace has no assistant turn to correct")
+        turn = turns[-1]
+    if len(text.encode()) > MAX_CORRECTION_BYTES:
+        raise FeedbackError(
+            f"correction: {len(text.encode())} bytes is over the limit of {MAX_CORRECTION_BYTES}"
+        )
+    correction = _validated_correction({"content": text}, body["tools"])
+    feedback.turn, feedback.correction = turn, correction
+    problem = context_problem(feedback=feedback)
+    if problem:  # a correction does not make the conversation fit the model's context
+        raise FeedbackError(problem)
+    content_hash = _feedback_hash(
+        turn=turn,
+        tool_call_id=feedback.tool_call_id,
+        author=feedback.author,
+        reviewer=feedback.reviewer_id,
+        text=feedback.text,
+        rating=feedback.rating,
+        correction=correction,
+        checks=feedback.checks,
+    )
+    if Feedback.objects.filter(trace=feedback.trace, content_hash=content_hash).exists():
+        raise FeedbackError("correction: this feedback already has that correction")
+    reopened = Feedback.objects.filter(pk=feedback.pk, status=FeedbackStatus.FAILED).update(
+        turn=turn,
+        correction=correction,
+        content_hash=content_hash,
+        status=FeedbackStatus.OPEN,
+        failure_reason="",
+    )
+    if not reopened:
+        raise FeedbackError("status: only feedback the model could not use is corrected here")
+    feedback.status, feedback.failure_reason, feedback.content_hash = (
+        FeedbackStatus.OPEN,
+        "",
+        content_hash,
+    )
+    _ask_for_targets(feedback)
+    return feedback
+
+
 def _feedback_hash(**fields: Any) -> str:
     return hashlib.sha256(orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)).hexdigest()
 

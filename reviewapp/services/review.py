@@ -20,6 +20,19 @@ def toggle_tag(*, trace: Trace, tag: Tag, reviewer) -> bool:
     return True
 
 
+def add_tag(*, trace: Trace, tag: Tag, reviewer=None) -> bool:
+    """Put the tag on the trace for the reviewer (None: an API key); True when it was not on."""
+    _, created = TraceTag.objects.get_or_create(trace=trace, tag=tag, reviewer=reviewer)
+    return created
+
+
+def remove_tag(*, trace: Trace, tag: Tag, reviewer=None) -> bool:
+    """Take the reviewer's tag (None: an API key's) off the trace; others' stay. True when it
+    was on."""
+    deleted, _ = TraceTag.objects.filter(trace=trace, tag=tag, reviewer=reviewer).delete()
+    return bool(deleted)
+
+
 def create_tag(
     *, project: Project, name: str, parent: Tag | None = None, description: str = ""
 ) -> Tag:

@@ -4,7 +4,7 @@ import json
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -17,6 +17,7 @@ from reviewapp.models import Feedback, Tag, Termination, TraceTag
 from reviewapp.rendering import conversation, tool_definitions
 from reviewapp.services.feedback import (
     FeedbackError,
+    correct_feedback,
     delete_feedback,
     record_feedback,
     retry_feedback,
@@ -260,3 +261,31 @@ def feedback_retry(
     if request.htmx:
         return render(request, "traces/detail.html#feedback-panel", context)
     return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
+
+
+@require_POST
+@login_required
+def feedback_correct(
+    request: HttpRequest, slug: str, trace_id: int, feedback_id: int
+) -> HttpResponse:
+    """A reviewer writes the corrected turn for a feedback nothing usable came out of."""
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
+    if feedback is None:
+        raise Http404("no such feedback")
+    error, status = "", 200
+    try:
+        correct_feedback(feedback=feedback, correction_text=request.POST.get("correction", ""))
+    except FeedbackError as problem:
+        error, status = str(problem), 422
+    if not request.htmx and not error:
+        return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
+    context = {
+        **_review_context(request, membership, trace),
+        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
+        "correction_error": error,
+        "correction_error_for": feedback.pk,
+    }
+    response = render(request, "traces/detail.html#feedback-panel", context, status=status)
+    return trigger_client_event(response, REVIEW_CHANGED) if not error else response

@@ -4,7 +4,7 @@ from collections import Counter
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -15,7 +15,13 @@ from reviewapp.learning.selectors import approved_targets, tags_by_trace
 from reviewapp.models import Adapter, DistillationTarget, Feedback, TargetState, TrainingRun
 from reviewapp.services.dataset import build_training_set
 from reviewapp.services.feedback_health import unusable_feedback
-from reviewapp.services.targets import AUTO_APPROVE_POLICIES, review_target, set_auto_approve
+from reviewapp.services.targets import (
+    AUTO_APPROVE_POLICIES,
+    choose_target,
+    feedback_targets,
+    feedback_targets_for,
+    set_auto_approve,
+)
 from reviewapp.views.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
@@ -30,15 +36,16 @@ def _base_context(request: HttpRequest, membership) -> dict:
     }
 
 
-def _get_target_for_membership(membership, target_id: int) -> DistillationTarget:
-    target = (
-        DistillationTarget.objects.select_related("feedback__trace")
-        .filter(pk=target_id, feedback__trace__project=membership.project)
+def _get_feedback_for_membership(membership, feedback_id: int) -> Feedback:
+    feedback = (
+        Feedback.objects.select_related("trace")
+        .defer("trace__body", "trace__metadata")
+        .filter(pk=feedback_id, trace__project=membership.project)
         .first()
     )
-    if target is None:
-        raise Http404("no such target")
-    return target
+    if feedback is None:
+        raise Http404("no such feedback")
+    return feedback
 
 
 def _get_run_for_membership(membership, run_id: int) -> TrainingRun:
@@ -50,16 +57,16 @@ def _get_run_for_membership(membership, run_id: int) -> TrainingRun:
 
 @login_required
 def target_list(request: HttpRequest, slug: str) -> HttpResponse:
+    """Proposals grouped per feedback, each a diff against the original answer."""
     membership = get_membership_for_user(request.user, slug)
     state = request.GET.get("state") or TargetState.PROPOSED
-    targets = (
-        DistillationTarget.objects.filter(feedback__trace__project=membership.project, state=state)
-        .select_related("feedback__trace")
-        .order_by("feedback_id", "id")[:200]
-    )
+    if state not in TargetState.values:
+        return HttpResponseBadRequest(
+            f"state: {state!r} is not one of {', '.join(TargetState.values)}"
+        )
     context = {
         **_base_context(request, membership),
-        "targets": targets,
+        "groups": feedback_targets(project=membership.project, state=state),
         "state": state,
         **_policy_context(membership.project),
     }
@@ -98,24 +105,30 @@ def target_policy(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def target_review(request: HttpRequest, slug: str, target_id: int) -> HttpResponse:
+def target_choice(request: HttpRequest, slug: str, feedback_id: int) -> HttpResponse:
+    """One choice per feedback: use one proposal (as it is or edited), or reject them all."""
     membership = get_reviewer_membership_for_user(request.user, slug)
-    target = _get_target_for_membership(membership, target_id)
-    status = 200
-    error = ""
+    feedback = _get_feedback_for_membership(membership, feedback_id)
+    target_id = request.POST.get("target", "")
+    error, status = "", 200
     try:
-        target = review_target(
-            target=target,
+        choose_target(
+            feedback=feedback,
             decision=request.POST.get("decision", ""),
             reviewer=request.user,
+            target_id=int(target_id) if target_id.isdigit() else None,
             edited_text=request.POST.get("text"),
         )
     except ValueError as problem:
         error, status = str(problem), 422
-    context = {**_base_context(request, membership), "target": target, "error": error}
-    if request.htmx:
-        return render(request, "training/targets.html#target-card", context, status=status)
-    return redirect("target_list", slug=slug)
+    if not request.htmx and not error:
+        return redirect("target_list", slug=slug)
+    context = {
+        **_base_context(request, membership),
+        "group": feedback_targets_for(feedback=feedback),
+        "error": error,
+    }
+    return render(request, "training/targets.html#feedback-targets", context, status=status)
 
 
 @login_required
