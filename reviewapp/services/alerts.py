@@ -85,16 +85,16 @@ class _Checker:
         ]
 
     def shrinking_under_tool_errors(self, old: GroupStats, new: GroupStats) -> Alert | None:
-        error_rate = new.body.tool_error_rate
+        error_rate = new.tool_error_rate
         if error_rate is None or error_rate < HIGH_TOOL_ERROR_RATE:
             return None
-        words_fell = _fell(old.body.words_per_answer, new.body.words_per_answer)
+        words_fell = _fell(old.words_per_answer, new.words_per_answer)
         tools_fell = _fell(old.tool_calls_per_trace, new.tool_calls_per_trace)
         changes = []
         if words_fell is not None and words_fell >= SHRINK:
             changes.append(
-                f"answers {100 * words_fell:.0f}% shorter ({old.body.words_per_answer:.1f} → "
-                f"{new.body.words_per_answer:.1f} words)"
+                f"answers {100 * words_fell:.0f}% shorter ({old.words_per_answer:.1f} → "
+                f"{new.words_per_answer:.1f} words)"
             )
         if tools_fell is not None and tools_fell >= SHRINK:
             changes.append(
@@ -112,8 +112,8 @@ class _Checker:
             message=(
                 f"{new.version.label}: {' and '.join(changes)} while "
                 f"{_percent(error_rate)} of tool calls fail (was "
-                f"{_percent(old.body.tool_error_rate)} in {old.version.label}; "
-                f"{new.body.tool_results} tool results in {new.body.traces} sampled traces)"
+                f"{_percent(old.tool_error_rate)} in {old.version.label}; "
+                f"{new.tool_results} tool results in {new.traces} traces)"
             ),
             evidence=[
                 Evidence(f"{new.version.label}: all traces", self.url(new)),
@@ -122,7 +122,7 @@ class _Checker:
                     self.url(new, termination=Termination.TOOL_ERROR),
                 ),
                 Evidence(f"{old.version.label}: all traces", self.url(old)),
-                *self.examples(new.body.error_examples),
+                *self.examples(new.error_examples),
             ],
         )
 
@@ -155,8 +155,8 @@ class _Checker:
 
     def tool_failure_jumps(self, old: GroupStats, new: GroupStats) -> list[Alert]:
         alerts = []
-        for name, tool in sorted(new.body.tools.items()):
-            before_tool = old.body.tools.get(name)
+        for name, tool in sorted(new.tools.items()):
+            before_tool = old.tools.get(name)
             if before_tool is None or min(tool.calls, before_tool.calls) < MIN_TOOL_CALLS:
                 continue
             before, after = before_tool.error_rate, tool.error_rate
@@ -170,7 +170,7 @@ class _Checker:
                     previous_version=old.version.label,
                     message=(
                         f"tool {name!r} fails {_percent(after)} of the time in "
-                        f"{new.version.label} ({tool.errors} of {tool.calls} sampled calls), "
+                        f"{new.version.label} ({tool.errors} of {tool.calls} calls), "
                         f"up from {_percent(before)} in {old.version.label} "
                         f"({before_tool.errors} of {before_tool.calls})"
                     ),

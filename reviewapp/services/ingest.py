@@ -15,8 +15,9 @@ from reviewapp.ingest.chat import (
     preview_text,
     unknown_fields,
 )
-from reviewapp.models import Project, Tag, Trace, TraceSource, TraceTag
+from reviewapp.models import Project, Tag, Termination, Trace, TraceSource, TraceTag
 from reviewapp.rendering import looks_like_tool_error
+from reviewapp.services.facts import facts_of
 from reviewapp.tasks import after_traces_changed
 from training.text import message_text
 
@@ -100,6 +101,7 @@ def _trace_row(*, project: Project, entry: _Accepted, source: str) -> Trace:
         tool_call_count=sum(len(message.get("tool_calls", ())) for message in messages),
         preview=preview_text(messages),
         search_text=search_text(messages),
+        **facts_of(messages, truncated=item.termination == Termination.TRUNCATED).columns(),
         body=Trace.pack_body(messages=messages, tools=tools),
         content_hash=entry.content_hash,
     )

@@ -1,9 +1,9 @@
 """Environment monitors: how each model version meets its environment, and how that changes.
 
-Counts, rates and averages come from the trace summary columns, aggregated in SQL, so a project
-of any size is one grouped query per view. What only a body can tell (which tool calls failed,
-how long the answers are) comes from a bounded sample of bodies: the newest traces of each
-version and time bucket, `BODY_BUDGET` bodies at most whatever the project's size.
+Counts, rates and averages come from the trace summary columns and the per-trace facts
+(reviewapp/services/facts.py: tool results and errors per tool, answers and their words, cut
+replies), aggregated in SQL over every matching trace: exact, and no body is opened. One grouped
+query per view, plus one per tool figure (results, errors, newest failing traces per tool).
 """
 
 from collections import defaultdict
@@ -11,25 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlencode
 
-from django.db.models import (
-    Count,
-    F,
-    Min,
-    Q,
-    QuerySet,
-    Sum,
-    Window,
-)
-from django.db.models.functions import RowNumber, TruncDay, TruncHour
+from django.db import connection
+from django.db.models import Count, Min, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
 from django.urls import reverse
 
 from reviewapp.filters import BASE_ADAPTER
 from reviewapp.models import Feedback, Project, Termination, Trace
-from reviewapp.rendering import looks_like_tool_error
-from training.text import content_text
 
 BUCKETS = {"day": TruncDay, "hour": TruncHour}
-BODY_BUDGET = 2000  # bodies opened per monitor, at most
 EXAMPLES_KEPT = 5  # trace ids kept as evidence per version and per tool
 # An episode that ended like this is a failure whatever its reported success said.
 FAILURE_TERMINATIONS = (
@@ -67,44 +57,13 @@ class Version:
 
 @dataclass
 class ToolStats:
-    calls: int = 0  # tool results seen in the sampled bodies
+    calls: int = 0  # tool results
     errors: int = 0
-    error_examples: list[int] = field(default_factory=list)  # trace ids
+    error_examples: list[int] = field(default_factory=list)  # newest failing trace ids
 
     @property
     def error_rate(self) -> float | None:
         return _rate(self.errors, self.calls)
-
-
-@dataclass
-class BodyStats:
-    """What the sampled bodies of one group say."""
-
-    traces: int = 0
-    answers: int = 0  # assistant turns with text and no tool call
-    answer_words: int = 0
-    tools: dict[str, ToolStats] = field(default_factory=lambda: defaultdict(ToolStats))
-
-    @property
-    def tool_results(self) -> int:
-        return sum(stats.calls for stats in self.tools.values())
-
-    @property
-    def tool_errors(self) -> int:
-        return sum(stats.errors for stats in self.tools.values())
-
-    @property
-    def tool_error_rate(self) -> float | None:
-        return _rate(self.tool_errors, self.tool_results)
-
-    @property
-    def words_per_answer(self) -> float | None:
-        return _rate(self.answer_words, self.answers)
-
-    @property
-    def error_examples(self) -> list[int]:
-        ids = sorted({i for stats in self.tools.values() for i in stats.error_examples})
-        return ids[-EXAMPLES_KEPT:]
 
 
 @dataclass
@@ -124,7 +83,27 @@ class GroupStats:
     tokens_reported: int = 0  # traces that report usage
     reward_total: float = 0.0
     rewarded: int = 0
-    body: BodyStats = field(default_factory=BodyStats)
+    tool_results: int = 0
+    tool_errors: int = 0
+    answers: int = 0  # assistant turns with text and no tool call
+    answer_words: int = 0
+    truncated_replies: int = 0
+    # Per tool, filled for the version groups (not per bucket).
+    tools: dict[str, ToolStats] = field(default_factory=lambda: defaultdict(ToolStats))
+
+    @property
+    def tool_error_rate(self) -> float | None:
+        return _rate(self.tool_errors, self.tool_results)
+
+    @property
+    def words_per_answer(self) -> float | None:
+        return _rate(self.answer_words, self.answers)
+
+    @property
+    def error_examples(self) -> list[int]:
+        """The newest traces with a failed tool call, oldest of them first."""
+        ids = sorted({i for stats in self.tools.values() for i in stats.error_examples})
+        return ids[-EXAMPLES_KEPT:]
 
     @property
     def completion_tokens(self) -> float | None:
@@ -168,7 +147,6 @@ class Monitor:
     bucket: str
     versions: list[GroupStats]  # oldest version first
     series: list[GroupStats]  # per version and bucket, in time order
-    bodies_read: int
 
     @property
     def buckets(self) -> list[datetime]:
@@ -192,6 +170,11 @@ def _add_row(group: GroupStats, row: dict) -> None:
     group.tokens_reported += row["tokens_reported"]
     group.reward_total += row["reward_total"] or 0.0
     group.rewarded += row["rewarded"]
+    group.tool_results += row["tool_results"] or 0
+    group.tool_errors += row["tool_errors"] or 0
+    group.answers += row["answers"] or 0
+    group.answer_words += row["answer_words"] or 0
+    group.truncated_replies += row["truncated_replies"] or 0
 
 
 def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[GroupStats]]:
@@ -213,6 +196,11 @@ def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[Gro
             tokens_reported=Count("completion_tokens"),
             reward_total=Sum("reward"),
             rewarded=Count("reward"),
+            tool_results=Sum("tool_result_count"),
+            tool_errors=Sum("tool_error_count"),
+            answers=Sum("answer_count"),
+            answer_words=Sum("answer_words"),
+            truncated_replies=Sum("truncated_replies"),
         )
     )
     series: dict[tuple, GroupStats] = {}
@@ -237,85 +225,68 @@ def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[Gro
     return ordered_versions, ordered_series
 
 
-def _read_body(stats: BodyStats, trace_id: int, messages: list) -> None:
-    stats.traces += 1
-    tool_names: dict[str, str] = {}
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        role = message.get("role")
-        if role == "assistant":
-            calls = message.get("tool_calls") or ()
-            for call in calls:
-                if isinstance(call, dict):
-                    name = (call.get("function") or {}).get("name") or "unknown"
-                    tool_names[call.get("id", "")] = str(name)
-            text = content_text(message.get("content")).strip()
-            if text and not calls:
-                stats.answers += 1
-                stats.answer_words += len(text.split())
-        elif role == "tool":
-            name = tool_names.get(message.get("tool_call_id", ""), "unknown")
-            tool = stats.tools[name]
-            tool.calls += 1
-            if looks_like_tool_error(content_text(message.get("content"))):
-                tool.errors += 1
-                seen = trace_id in tool.error_examples
-                if not seen and len(tool.error_examples) < EXAMPLES_KEPT:
-                    tool.error_examples.append(trace_id)
+# Per tool and version: the JSON {tool name: count} columns, one row per key. Only the function
+# that turns a JSON object into (key, value) rows differs between the two databases.
+_JSON_EACH = {
+    "postgresql": "jsonb_each_text(facts.{column}) AS tool",
+    "sqlite": "json_each(facts.{column}) AS tool",
+}
+_TOOL_TOTALS = """
+    SELECT facts.model, facts.adapter_version, tool.key, SUM(CAST(tool.value AS integer))
+    FROM ({traces}) AS facts CROSS JOIN {each}
+    GROUP BY facts.model, facts.adapter_version, tool.key
+"""
+_NEWEST_FAILING = """
+    SELECT model, adapter_version, name, id FROM (
+        SELECT facts.model, facts.adapter_version, tool.key AS name, facts.id,
+               ROW_NUMBER() OVER (
+                   PARTITION BY facts.model, facts.adapter_version, tool.key
+                   ORDER BY facts.id DESC
+               ) AS newest
+        FROM ({traces}) AS facts CROSS JOIN {each}
+    ) AS ranked
+    WHERE newest <= %s
+"""
 
 
-def _sample_bodies(
-    traces: QuerySet[Trace], trunc, groups: list[GroupStats], versions: list[GroupStats]
-) -> int:
-    """Fill each group's and version's BodyStats from the newest bodies of each group."""
-    if not groups:
-        return 0
-    # Spread over the groups; past BODY_BUDGET groups, some groups go unsampled.
-    per_group = max(1, BODY_BUDGET // len(groups))
-    ranked = (
-        traces.order_by()
-        .annotate(
-            bucket=trunc("received_at"),
-            rank=Window(
-                RowNumber(),
-                partition_by=[F("model"), F("adapter_version"), trunc("received_at")],
-                order_by=F("id").desc(),
-            ),
-        )
-        .filter(rank__lte=per_group)
-        .values_list("id", flat=True)
+def _tool_rows(traces: QuerySet[Trace], column: str, statement: str, *params) -> list[tuple]:
+    """Run `statement` over these traces' (id, version, `column`), one row per tool key."""
+    count_column = {"tool_results": "tool_result_count", "tool_errors": "tool_error_count"}
+    subset = traces.filter(**{f"{count_column[column]}__gt": 0}).values(
+        "id", "model", "adapter_version", column
     )
-    ids = list(ranked[:BODY_BUDGET])
-    by_group = {(group.version, group.bucket): group for group in groups}
+    inner, inner_params = subset.query.sql_with_params()
+    each = _JSON_EACH[connection.vendor].format(column=connection.ops.quote_name(column))
+    with connection.cursor() as cursor:
+        cursor.execute(statement.format(traces=inner, each=each), [*inner_params, *params])
+        return cursor.fetchall()
+
+
+def _fill_tools(traces: QuerySet[Trace], versions: list[GroupStats]) -> None:
+    """Each version's results, errors and newest failing traces per tool, over every trace."""
     by_version = {group.version: group for group in versions}
-    rows = (
-        Trace.objects.filter(pk__in=ids)
-        .annotate(bucket=trunc("received_at"))
-        .order_by("id")
-        .values_list("id", "model", "adapter_version", "bucket", "body")
-    )
-    for trace_id, model, adapter_version, bucket, body in rows.iterator(chunk_size=200):
-        version = Version(model, adapter_version)
-        trace = Trace(body=body)
-        messages = trace.body_json().get("messages") or []
-        _read_body(by_group[(version, bucket)].body, trace_id, messages)
-        _read_body(by_version[version].body, trace_id, messages)
-    return len(ids)
+    for model, adapter_version, name, total in _tool_rows(traces, "tool_results", _TOOL_TOTALS):
+        by_version[Version(model, adapter_version)].tools[name].calls = int(total)
+    for model, adapter_version, name, total in _tool_rows(traces, "tool_errors", _TOOL_TOTALS):
+        by_version[Version(model, adapter_version)].tools[name].errors = int(total)
+    newest = _tool_rows(traces, "tool_errors", _NEWEST_FAILING, EXAMPLES_KEPT)
+    for model, adapter_version, name, trace_id in sorted(newest, key=lambda row: row[3]):
+        by_version[Version(model, adapter_version)].tools[name].error_examples.append(trace_id)
 
 
 def compute_monitor(
-    *, traces: QuerySet[Trace], bucket: str = "day", read_bodies: bool = True
+    *, traces: QuerySet[Trace], bucket: str = "day", per_tool: bool = True
 ) -> Monitor:
     """Per-version and per-bucket stats of these traces (a project's, already filtered).
 
-    `read_bodies=False` skips the body sample: SQL only, for pages that need no tool stats.
+    `per_tool=False` skips the per-tool figures, for pages that show none.
     """
     trunc = BUCKETS[bucket]
     traces = traces.order_by()
     versions, series = _grouped(traces, trunc)
-    bodies_read = _sample_bodies(traces, trunc, series, versions) if read_bodies else 0
-    return Monitor(bucket=bucket, versions=versions, series=series, bodies_read=bodies_read)
+    if per_tool and versions:
+        _fill_tools(traces, versions)
+    return Monitor(bucket=bucket, versions=versions, series=series)
 
 
 def evidence_url(project: Project, filters: dict, **extra) -> str:

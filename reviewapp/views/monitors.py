@@ -75,39 +75,37 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
         return evidence_url(project, filters, **group.version.trace_filters(), **extra)
 
     excluded = policy.excluded_terminations()
-    body = group.body
     return [
         Cell(group.version.label, url()),
         Cell(str(group.traces), url()),
-        Cell(_percent(body.tool_error_rate) + f" ({body.tool_errors}/{body.tool_results})",
+        Cell(_percent(group.tool_error_rate) + f" ({group.tool_errors}/{group.tool_results})",
              url(termination=Termination.TOOL_ERROR)),
         Cell(_percent(group.tool_error_termination_rate), url(termination=Termination.TOOL_ERROR)),
         Cell(_percent(group.timeout_rate), url(termination=Termination.TIMEOUT)),
         Cell(_percent(group.truncated_rate), url(termination=Termination.TRUNCATED)),
         Cell(_percent(group.rate_of(excluded)) if excluded else "0% (keeps all)",
              url(termination=list(excluded)) if excluded else ""),
-        Cell(_number(body.words_per_answer, 1), url()),
+        Cell(_number(group.words_per_answer, 1), url()),
         Cell(_number(group.completion_tokens, 0), url()),
         Cell(_number(group.tool_calls_per_trace), url(sort="most_tools")),
         Cell(_percent(group.success_rate), url(outcome="failure")),
         Cell(_number(group.reward), url()),
         Cell(_percent(group.feedback_rate), url(feedback="yes")),
-        Cell(f"{body.traces}"),
     ]  # fmt: skip
 
 
 VERSION_COLUMNS = [
-    "Version", "Traces", "Tool-call errors (sampled)", "Ended in tool error", "Timeouts",
-    "Cut at max_tokens", "Excluded by policy", "Words per answer (sampled)", "Completion tokens",
+    "Version", "Traces", "Tool-call errors", "Ended in tool error", "Timeouts",
+    "Cut at max_tokens", "Excluded by policy", "Words per answer", "Completion tokens",
     "Tool calls / trace",
-    "Success", "Reward", "With feedback", "Bodies sampled",
+    "Success", "Reward", "With feedback",
 ]  # fmt: skip
 
 CHARTS = [
     # (title, value of a group, shown as a percent)
-    ("Tool-call error rate (sampled bodies)", lambda g: g.body.tool_error_rate, True),
+    ("Tool-call error rate", lambda g: g.tool_error_rate, True),
     ("Timeout rate", lambda g: g.timeout_rate, True),
-    ("Words per answer (sampled bodies)", lambda g: g.body.words_per_answer, False),
+    ("Words per answer", lambda g: g.words_per_answer, False),
     ("Tool calls per trace", lambda g: g.tool_calls_per_trace, False),
     ("Success rate (timeouts and tool errors count as failures)", lambda g: g.success_rate, True),
     ("Share of traces with feedback", lambda g: g.feedback_rate, True),
@@ -136,7 +134,7 @@ def _charts(monitor: Monitor) -> list:
 def _tool_rows(project: Project, monitor: Monitor, filters: dict) -> list:
     rows = []
     for group in monitor.versions:
-        for name, tool in sorted(group.body.tools.items()):
+        for name, tool in sorted(group.tools.items()):
             examples = [
                 (trace_id, reverse("trace_detail", args=[project.slug, trace_id]))
                 for trace_id in tool.error_examples
@@ -212,7 +210,7 @@ def dataset(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect("dataset", slug=slug)
         status = 422
     training_set = build_training_set(project=project, policy=policy)
-    monitor = compute_monitor(traces=project.traces.all(), read_bodies=False)
+    monitor = compute_monitor(traces=project.traces.all(), per_tool=False)
     excluded = policy.excluded_terminations()
     context = {
         **_base_context(membership),

@@ -39,7 +39,7 @@ def test_tool_failures_with_shrinking_answers_raise_an_alert_with_numbers(
     assert shorter >= 50  # 15 words per answer fell to 2
     assert error_rate == round(100 * failures / calls) and 10 <= error_rate <= 30
     assert before == 0
-    assert f"{calls} tool results in 40 sampled traces" in shrinking.message
+    assert f"{calls} tool results in 40 traces" in shrinking.message
     urls = [item.url for item in shrinking.evidence]
     assert "/p/acme/traces/?adapter=acme-v2&model=acme-agent" in urls
     assert "/p/acme/traces/?adapter=acme-v2&model=acme-agent&termination=tool_error" in urls

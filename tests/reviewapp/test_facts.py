@@ -1,6 +1,8 @@
 """Per-trace facts: tool results and errors per tool, answers, cut replies, and their sums."""
 
 from reviewapp.services.facts import TraceFacts, add_message_facts, facts_of
+from reviewapp.services.ingest import ingest_traces
+from tests.factories import make_trace
 
 
 def _call(call_id: str, name: str) -> dict:
@@ -78,3 +80,14 @@ def test_columns_round_trip_through_a_row():
     for name, value in facts_of(EPISODE).columns().items():
         setattr(row, name, value)
     assert TraceFacts.of_trace(row) == facts_of(EPISODE)
+
+
+def test_ingest_stores_the_facts_of_each_trace(project):
+    failing = make_trace("b", termination="truncated")
+    failing["messages"][3]["content"] = "Error: division by zero"
+    results = ingest_traces(project=project, raw_items=[make_trace("a"), failing])
+    assert [result.status for result in results] == [201, 201]
+    a, b = project.traces.order_by("external_id")
+    assert (a.tool_results, a.tool_errors, a.tool_error_count) == ({"calculator": 1}, {}, 0)
+    assert (b.tool_errors, b.tool_error_count, b.truncated_replies) == ({"calculator": 1}, 1, 1)
+    assert (a.answer_count, a.answer_words, a.truncated_replies) == (1, 5, 0)  # "12 * 7 is 84."

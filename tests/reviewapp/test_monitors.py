@@ -5,7 +5,6 @@ import statistics
 import pytest
 
 from reviewapp.models import Trace
-from reviewapp.services import monitors
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.monitors import Version, compute_monitor, evidence_url
@@ -40,21 +39,21 @@ def test_tool_error_rate_and_answer_length_per_version_match_the_harness(
     assert [group.version.label for group in monitor.versions] == ["acme-v1", "acme-v2"]
     old, new = _by_label(monitor)["acme-v1"], _by_label(monitor)["acme-v2"]
     assert (old.traces, new.traces) == (40, 40)
-    assert old.body.tool_error_rate == 0.0
+    assert old.tool_error_rate == 0.0
     v2_calls = sum(result.tool_calls for result in v2)
     v2_failures = sum(result.tool_failures for result in v2)
-    assert (new.body.tool_results, new.body.tool_errors) == (v2_calls, v2_failures)
-    assert 0.1 <= new.body.tool_error_rate <= 0.3
-    assert old.body.words_per_answer == pytest.approx(_words(v1))
-    assert new.body.words_per_answer == pytest.approx(_words(v2))
-    assert new.body.words_per_answer < 0.5 * old.body.words_per_answer
+    assert (new.tool_results, new.tool_errors) == (v2_calls, v2_failures)
+    assert 0.1 <= new.tool_error_rate <= 0.3
+    assert old.words_per_answer == pytest.approx(_words(v1))
+    assert new.words_per_answer == pytest.approx(_words(v2))
+    assert new.words_per_answer < 0.5 * old.words_per_answer
     # Failed tools are retried, so v2 calls tools more often per episode.
     assert new.tool_calls_per_trace == pytest.approx(v2_calls / 40)
     terminations = {
         name: sum(result.termination == name for result in v2) for name in ("tool_error",)
     }
     assert new.terminations.get("tool_error", 0) == terminations["tool_error"] > 0
-    assert new.body.error_examples  # trace ids to open
+    assert new.error_examples  # trace ids to open
 
 
 def test_timeout_rate_per_version_matches_the_harness(project, api_key):
@@ -77,7 +76,8 @@ def test_each_bucket_holds_its_versions_traces(project, api_key):
     play(project=project, api_key=api_key, adapter_version="acme-v1", episodes=6, seed=5)
     monitor = compute_monitor(traces=Trace.objects.filter(project=project), bucket="hour")
     [group] = monitor.series
-    assert (group.version.label, group.traces, group.body.traces) == ("acme-v1", 6, 6)
+    assert (group.version.label, group.traces) == ("acme-v1", 6)
+    assert group.tool_results == sum(trace.tool_result_count for trace in Trace.objects.all())
     assert len(monitor.buckets) == 1
 
 
@@ -100,13 +100,49 @@ def test_feedback_rate_success_and_reward_come_from_the_columns(project):
     assert group.tool_calls_per_trace == 1.0
 
 
-def test_bodies_read_are_bounded_whatever_the_size(project, monkeypatch):
-    monkeypatch.setattr(monitors, "BODY_BUDGET", 10)
-    ingest_traces(project=project, raw_items=[make_trace(f"t-{i}") for i in range(30)])
+def _bulk_traces(project, count: int, *, adapter_version: str, failing_every: int) -> None:
+    """`count` traces straight into the table, facts set as ingest would: one lookup result
+    each, every `failing_every`-th failed, one 3-word answer each."""
+    Trace.objects.bulk_create(
+        [
+            Trace(
+                project=project, external_id=f"{adapter_version}-{i}", source="api",
+                model="m", adapter_version=adapter_version, body=b"", content_hash="x",
+                tool_results={"lookup": 1, "ship": 1},
+                tool_errors={"lookup": 1} if i % failing_every == 0 else {},
+                tool_result_count=2, tool_error_count=int(i % failing_every == 0),
+                answer_count=1, answer_words=3,
+            )
+            for i in range(count)
+        ],
+        batch_size=1000,
+    )  # fmt: skip
+
+
+def test_tool_figures_are_exact_over_more_traces_than_a_sample_would_read(project):
+    _bulk_traces(project, 2100, adapter_version="acme-v1", failing_every=7)
+    _bulk_traces(project, 2300, adapter_version="acme-v2", failing_every=2)
     monitor = compute_monitor(traces=Trace.objects.filter(project=project))
-    [group] = monitor.versions
-    assert group.traces == 30
-    assert monitor.bodies_read == group.body.traces == 10
+    old, new = _by_label(monitor)["acme-v1"], _by_label(monitor)["acme-v2"]
+    assert (old.tools["lookup"].calls, old.tools["lookup"].errors) == (2100, 300)
+    assert (new.tools["lookup"].calls, new.tools["lookup"].errors) == (2300, 1150)
+    assert (new.tools["ship"].calls, new.tools["ship"].errors) == (2300, 0)
+    assert (new.tool_results, new.tool_errors) == (4600, 1150)
+    assert new.words_per_answer == 3.0
+    newest_failing = list(
+        Trace.objects.filter(adapter_version="acme-v2", tool_error_count__gt=0)
+        .order_by("-id")
+        .values_list("id", flat=True)[:5]
+    )
+    assert new.tools["lookup"].error_examples == sorted(newest_failing)
+    assert new.error_examples == sorted(newest_failing)
+
+
+def test_tool_figures_follow_the_filters(project):
+    _bulk_traces(project, 30, adapter_version="acme-v1", failing_every=3)
+    traces = Trace.objects.filter(project=project, external_id__endswith="0")
+    [group] = compute_monitor(traces=traces).versions
+    assert (group.traces, group.tools["lookup"].calls, group.tools["lookup"].errors) == (3, 3, 1)
 
 
 def test_evidence_url_keeps_the_page_filters_and_selects_the_version(project):
