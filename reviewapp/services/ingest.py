@@ -6,7 +6,9 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import JSONField
+from psycopg import sql
 
 from reviewapp.ingest.chat import (
     IngestError,
@@ -188,18 +190,12 @@ def _store(
     source: str,
     create_tags: bool,
 ) -> None:
-    stored = {
-        external_id: (content_hash, stored_source)
-        for external_id, content_hash, stored_source in Trace.objects.filter(
-            project=project, external_id__in=list(accepted)
-        ).values_list("external_id", "content_hash", "source")
-    }
-    new = []
-    for external_id, entry in accepted.items():
-        if external_id not in stored:
-            new.append(entry)
-            continue
-        content_hash, stored_source = stored[external_id]
+    if connection.vendor == "postgresql":
+        new_ids, stored = _insert_by_copy(project=project, accepted=accepted, source=source)
+    else:
+        new_ids, stored = _insert_by_orm(project=project, accepted=accepted, source=source)
+    for external_id, (content_hash, stored_source) in stored.items():
+        entry = accepted[external_id]
         previous = results[entry.position]
         if source == TraceSource.OTEL and stored_source == TraceSource.GATEWAY:
             # The harness's spans describe calls the gateway recorded in full (traceparent):
@@ -210,8 +206,100 @@ def _store(
         results[entry.position] = _duplicate_result(
             external_id, content_hash == entry.content_hash, previous.warnings
         )
-    if not new:
+    if not new_ids:
         return
+    tagged = [accepted[external_id] for external_id in new_ids if accepted[external_id].item.tags]
+    if tagged:
+        _tag_new_traces(project=project, tagged=tagged, trace_ids=new_ids, create_tags=create_tags)
+    after_traces_changed(list(new_ids.values()))
+
+
+# Every column but the id, in the model's order; the staging table has exactly these.
+def _trace_fields() -> list:
+    return [field for field in Trace._meta.concrete_fields if not field.primary_key]
+
+
+def _copy_value(field, value):
+    """A value as COPY's text format takes it: JSON already encoded (orjson, not json.dumps)."""
+    if isinstance(field, JSONField):
+        return orjson.dumps(value).decode()
+    return field.get_db_prep_save(value, connection)
+
+
+def _insert_by_copy(
+    *, project: Project, accepted: dict[str, _Accepted], source: str
+) -> tuple[dict[str, int], dict[str, tuple[str, str]]]:
+    """COPY the batch into a staging table, then one INSERT ... SELECT ... ON CONFLICT.
+
+    Returns (external_id -> id of each trace inserted now, external_id -> (content_hash,
+    source) of each that was already stored). The unique constraint decides: a concurrent
+    batch storing the same id first makes ours a duplicate, never a failure.
+    """
+    fields = _trace_fields()
+    columns = sql.SQL(", ").join(sql.Identifier(field.column) for field in fields)
+    stage = sql.Identifier("trace_stage")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.SQL(
+                "CREATE TEMPORARY TABLE {stage} ON COMMIT DROP AS "
+                "SELECT {columns} FROM reviewapp_trace WITH NO DATA"
+            ).format(stage=stage, columns=columns)
+        )
+        with cursor.copy(
+            sql.SQL("COPY {stage} ({columns}) FROM STDIN").format(stage=stage, columns=columns)
+        ) as copy:
+            for entry in accepted.values():
+                row = _trace_row(project=project, entry=entry, source=source)
+                copy.write_row(
+                    [_copy_value(field, getattr(row, field.attname)) for field in fields]
+                )
+        # The outer SELECT reads the snapshot from before the INSERT: it sees what was stored
+        # before this batch, which is what a duplicate is compared with.
+        cursor.execute(
+            sql.SQL(
+                "WITH inserted AS ("
+                " INSERT INTO reviewapp_trace ({columns}) SELECT {columns} FROM {stage}"
+                " ON CONFLICT (project_id, external_id) DO NOTHING"
+                " RETURNING id, external_id)"
+                " SELECT staged.external_id, inserted.id, stored.content_hash, stored.source"
+                " FROM {stage} AS staged"
+                " LEFT JOIN inserted ON inserted.external_id = staged.external_id"
+                " LEFT JOIN reviewapp_trace AS stored"
+                "  ON stored.project_id = %s AND stored.external_id = staged.external_id"
+            ).format(stage=stage, columns=columns),
+            [project.pk],
+        )
+        staged = cursor.fetchall()
+        # Dropped now, not at commit: an outer transaction may store another batch first.
+        cursor.execute(sql.SQL("DROP TABLE {stage}").format(stage=stage))
+    new_ids, stored, raced = {}, {}, []
+    for external_id, trace_id, content_hash, stored_source in staged:
+        if trace_id is not None:
+            new_ids[external_id] = trace_id
+        elif content_hash is not None:
+            stored[external_id] = (content_hash, stored_source)
+        else:  # stored by a concurrent batch after this statement's snapshot was taken
+            raced.append(external_id)
+    if raced:
+        stored.update(_stored_hashes(project=project, external_ids=raced))
+    return new_ids, stored
+
+
+def _stored_hashes(*, project: Project, external_ids: list[str]) -> dict[str, tuple[str, str]]:
+    return {
+        external_id: (content_hash, stored_source)
+        for external_id, content_hash, stored_source in Trace.objects.filter(
+            project=project, external_id__in=external_ids
+        ).values_list("external_id", "content_hash", "source")
+    }
+
+
+def _insert_by_orm(
+    *, project: Project, accepted: dict[str, _Accepted], source: str
+) -> tuple[dict[str, int], dict[str, tuple[str, str]]]:
+    """The same as `_insert_by_copy` for databases without COPY (the embedded SQLite)."""
+    stored = _stored_hashes(project=project, external_ids=list(accepted))
+    new = [entry for external_id, entry in accepted.items() if external_id not in stored]
     # A concurrent batch may insert the same id between our read and write: the unique
     # constraint keeps one row and ignore_conflicts keeps this batch from failing.
     Trace.objects.bulk_create(
@@ -219,30 +307,23 @@ def _store(
         ignore_conflicts=True,
         batch_size=500,
     )
-    tagged = [entry for entry in new if entry.item.tags]
-    if tagged:
-        _tag_new_traces(project=project, tagged=tagged, create_tags=create_tags)
-    after_traces_changed(
-        list(
-            Trace.objects.filter(
-                project=project, external_id__in=[entry.item.external_id for entry in new]
-            ).values_list("id", flat=True)
-        )
+    new_ids = dict(
+        Trace.objects.filter(
+            project=project, external_id__in=[entry.item.external_id for entry in new]
+        ).values_list("external_id", "id")
     )
+    return new_ids, stored
 
 
-def _tag_new_traces(*, project: Project, tagged: list[_Accepted], create_tags: bool) -> None:
+def _tag_new_traces(
+    *, project: Project, tagged: list[_Accepted], trace_ids: dict[str, int], create_tags: bool
+) -> None:
     names = {name for entry in tagged for name in entry.item.tags}
     if create_tags:
         Tag.objects.bulk_create(
             [Tag(project=project, name=name) for name in names], ignore_conflicts=True
         )
     tag_ids = dict(Tag.objects.filter(project=project, name__in=names).values_list("name", "id"))
-    trace_ids = dict(
-        Trace.objects.filter(
-            project=project, external_id__in=[entry.item.external_id for entry in tagged]
-        ).values_list("external_id", "id")
-    )
     TraceTag.objects.bulk_create(
         [
             TraceTag(trace_id=trace_ids[entry.item.external_id], tag_id=tag_ids[name])
