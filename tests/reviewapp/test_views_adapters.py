@@ -156,7 +156,7 @@ def test_the_list_shows_every_version_newest_first_with_where_traffic_goes(proje
 
 def test_the_list_says_when_the_base_model_answers(project, victor):
     html = logged_in(victor).get("/p/acme/adapters/").content.decode()
-    assert "the base model" in html and "No adapters yet" in html
+    assert "the base model" in html and "No adapter is trained yet" in html
 
 
 def test_the_detail_page_shows_the_lineage(adapter, victor, bob):
