@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from pgvector.django import VectorField
 
 
 class Project(models.Model):
@@ -134,6 +135,11 @@ class Trace(models.Model):
     content_hash = models.CharField(max_length=64)
     # Gateway traces: hash of the conversation so far, so a call extending it joins this trace.
     tail_hash = models.CharField(max_length=64, blank=True)
+    # The gateway recorder's bookkeeping, so a call appends without reading the body:
+    # "segments": TraceSegment rows holding messages recorded since the body was last packed,
+    # "tools": the trace's tool definitions (they live here while it is recorded),
+    # "error_chars": length of the tool-error part that leads `search_text`.
+    recording = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -175,7 +181,31 @@ class Trace(models.Model):
         return zlib.compress(orjson.dumps({"messages": messages, "tools": tools}), 1)
 
     def body_json(self) -> dict:
-        return orjson.loads(zlib.decompress(bytes(self.body)))
+        """{"messages", "tools"}: the packed body plus what the gateway appended since."""
+        body = (
+            orjson.loads(zlib.decompress(bytes(self.body)))
+            if self.body
+            else {"messages": [], "tools": []}
+        )
+        recording = self.recording or {}
+        if "tools" in recording:
+            body["tools"] = recording["tools"]
+        if recording.get("segments"):
+            for blob in self.segments.order_by("id").values_list("messages", flat=True):
+                body["messages"].extend(orjson.loads(zlib.decompress(bytes(blob))))
+        return body
+
+
+class TraceSegment(models.Model):
+    """Messages one gateway call added to its trace, stored once: a long episode costs each
+    call its new messages, not the whole conversation again. When the episode goes quiet the
+    segments are packed into the trace's body (reviewapp.services.calls.pack_trace_body)."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="segments")
+    messages = models.BinaryField()  # zlib-compressed JSON list, in conversation order
+
+    def __str__(self) -> str:
+        return f"segment {self.pk} of {self.trace_id}"
 
 
 class Tag(models.Model):
@@ -393,7 +423,13 @@ class ModelCall(models.Model):
     upstream_url = models.CharField(max_length=500)
     stream = models.BooleanField(default=False)
     # zlib-compressed JSON; the request never holds a credential (headers are not stored).
+    # By reference when the call joined a trace: see `request_json`.
     request = models.BinaryField()
+    # The request's first N messages are the trace's first N and are not stored again; null:
+    # `request` holds the whole request (a call that joined no trace, rows from before).
+    request_prefix = models.IntegerField(null=True, blank=True)
+    # The request's tools are the trace's first N tool definitions (not stored again).
+    request_tools_prefix = models.IntegerField(null=True, blank=True)
     response = models.BinaryField(null=True, blank=True)
     status_code = models.IntegerField(null=True, blank=True)
     termination = models.CharField(max_length=32, choices=CallTermination.choices)
@@ -420,6 +456,21 @@ class ModelCall(models.Model):
     @staticmethod
     def unpack(blob) -> object:
         return orjson.loads(zlib.decompress(bytes(blob))) if blob else None
+
+    def request_json(self) -> dict | None:
+        """The request as sent, its shared messages and tools read from the trace (the trace's
+        copy of a message the client re-sent with cosmetic changes, such as `content: ""` for
+        null). None when the messages it referenced went with a deleted trace."""
+        request = self.unpack(self.request)
+        if self.request_prefix is None:
+            return request
+        if self.trace is None:
+            return None
+        body = self.trace.body_json()
+        request["messages"] = body["messages"][: self.request_prefix] + request["messages"]
+        if self.request_tools_prefix is not None:
+            request["tools"] = body["tools"][: self.request_tools_prefix]
+        return request
 
 
 class TraceOutcome(models.TextChoices):
@@ -494,6 +545,28 @@ class TraceEmbedding(models.Model):
         indexes = [
             models.Index(fields=["project", "model_name", "-trace"], name="embedding_project"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} vector of {self.trace_id}"
+
+
+class TraceVector(models.Model):
+    """A TraceEmbedding row seen through its pgvector column, for nearest-neighbour queries.
+
+    Migration 0016 adds the column, with an HNSW index (cosine), only where the database can
+    create the `vector` extension; elsewhere (SQLite, a PostgreSQL without pgvector) the column
+    is absent and this model is never queried: see services/similarity.vector_search_available.
+    Rows are written as TraceEmbedding; this model only fills in and reads `embedding`.
+    """
+
+    trace_id = models.BigIntegerField()
+    project_id = models.BigIntegerField()
+    model_name = models.CharField(max_length=200)
+    embedding = VectorField(dimensions=384, null=True)  # the same vector as TraceEmbedding's
+
+    class Meta:
+        managed = False
+        db_table = "reviewapp_traceembedding"
 
     def __str__(self) -> str:
         return f"{self.model_name} vector of {self.trace_id}"

@@ -221,6 +221,9 @@ GATEWAY_UPSTREAM_COOLDOWN_SECONDS = env.float("GATEWAY_UPSTREAM_COOLDOWN_SECONDS
 DEPLOY_QUORUM = env.int("DEPLOY_QUORUM", default=0)
 # A call whose messages extend a gateway trace this recent joins it (prefix merging).
 GATEWAY_MERGE_WINDOW_SECONDS = env.int("GATEWAY_MERGE_WINDOW_SECONDS", default=3600)
+# A gateway trace is triaged and embedded once no call has joined it for this long (an
+# episode's end), not after every call.
+GATEWAY_QUIET_SECONDS = env.float("GATEWAY_QUIET_SECONDS", default=60.0)
 
 LOGGING = {
     "version": 1,

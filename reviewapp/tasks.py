@@ -1,10 +1,13 @@
-"""Celery tasks of the review side (queue `default`): triage and embeddings after ingest.
+"""Celery tasks of the review side (queue `default`): triage and embeddings after ingest, and
+once a recorded episode goes quiet.
 
 Each takes ids and is idempotent: a rule looks at a trace once, and a trace whose compact
 text has not changed is not embedded again, so a second delivery does nothing.
 """
 
 from celery import shared_task
+from django.conf import settings
+from django.db import transaction
 
 from reviewapp.models import TriageRule
 from reviewapp.services import similarity, triage
@@ -36,3 +39,26 @@ def after_traces_changed(trace_ids: list[int]) -> None:
     if trace_ids:
         triage_traces.delay_on_commit(trace_ids)
         embed_traces.delay_on_commit(trace_ids)
+
+
+@shared_task(name="reviewapp.settle_trace", bind=True, acks_late=True)
+def settle_trace(self, trace_id: int) -> bool:
+    """A gateway trace quiet for GATEWAY_QUIET_SECONDS: pack its body, triage and embed it.
+    Not quiet yet: look again when it could be. Returns whether it settled."""
+    from reviewapp.services.calls import settle_trace as settle  # calls imports this module
+
+    wait = settle(trace_id=trace_id, force=bool(self.request.is_eager))
+    if wait is None:
+        return True
+    settle_trace.apply_async((trace_id,), countdown=wait)
+    return False
+
+
+def settle_when_quiet(trace_ids: list[int]) -> None:
+    """Settle recorded traces once they go quiet (the recorder asks once per quiet period)."""
+    for trace_id in trace_ids:
+        transaction.on_commit(
+            lambda trace_id=trace_id: settle_trace.apply_async(
+                (trace_id,), countdown=settings.GATEWAY_QUIET_SECONDS
+            )
+        )

@@ -29,13 +29,37 @@ def conversation_hash(messages: list[dict]) -> str:
     return hashlib.sha256(orjson.dumps(canonical)).hexdigest()
 
 
+def prefix_digests(messages: list[dict], lengths: set[int]) -> dict[int, str]:
+    """conversation_hash(messages[:n]) for each n in lengths, in one pass over the messages.
+
+    The hash is of the JSON list of canonical messages, written "[" + items joined by "," +
+    "]", so one running sha256 gives every prefix's hash: each message is hashed once.
+    """
+    running = hashlib.sha256(b"[")
+    digests = {}
+    for length in range(len(messages) + 1):
+        if length in lengths:
+            prefix = running.copy()
+            prefix.update(b"]")
+            digests[length] = prefix.hexdigest()
+        if length < len(messages):
+            running.update(
+                (b"," if length else b"") + orjson.dumps(canonical_message(messages[length]))
+            )
+    return digests
+
+
+def assistant_ends(messages: list[dict]) -> set[int]:
+    """The lengths of the prefixes that end in an assistant turn."""
+    return {i + 1 for i, message in enumerate(messages) if message.get("role") == "assistant"}
+
+
 def prefix_hashes(messages: list[dict]) -> dict[str, int]:
-    """Hash of every prefix that ends in an assistant turn -> its length (longest first)."""
-    hashes = {}
-    for length in range(len(messages), 0, -1):
-        if messages[length - 1].get("role") == "assistant":
-            hashes[conversation_hash(messages[:length])] = length
-    return hashes
+    """Hash of every prefix that ends in an assistant turn -> its length."""
+    return {
+        digest: length
+        for length, digest in prefix_digests(messages, assistant_ends(messages)).items()
+    }
 
 
 def common_prefix_length(stored: list[dict], incoming: list[dict]) -> int:

@@ -1,19 +1,42 @@
-"""Gateway calls become traces: grouped by X-Trace-Id, or by a call extending earlier messages."""
+"""Gateway calls become traces: grouped by X-Trace-Id, or by a call extending earlier messages.
 
-import hashlib
+Each message is stored once per trace. A call appends only the messages its trace does not have
+yet (one `TraceSegment`), stores its request by reference (`ModelCall.request_prefix`), and the
+trace's summary columns are updated from the new messages alone. Whether a call extends its
+trace is told by the conversation hash of its messages up to the trace's length, one pass over
+the request; only a call that rewrote earlier messages reads the stored body. When the episode
+has been quiet for GATEWAY_QUIET_SECONDS, `settle_trace` packs the segments into the body and
+triage and embedding run once.
+"""
+
+import time
 import uuid
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import orjson
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
-from reviewapp.gateway.conversation import common_prefix_length, conversation_hash, prefix_hashes
+from reviewapp.gateway.conversation import (
+    assistant_ends,
+    common_prefix_length,
+    conversation_hash,
+    prefix_digests,
+)
 from reviewapp.ingest.chat import preview_text
-from reviewapp.models import ModelCall, Termination, Trace, TraceSource
-from reviewapp.services.ingest import search_text
-from reviewapp.tasks import after_traces_changed
+from reviewapp.models import ModelCall, Termination, Trace, TraceSegment, TraceSource
+from reviewapp.services.facts import TraceFacts, add_message_facts
+from reviewapp.services.ingest import SEARCH_TEXT_MAX_CHARS, search_text
+from reviewapp.tasks import after_traces_changed, settle_when_quiet
+
+# A settle task not heard of this long after it was due was lost (a broker restart): the next
+# call schedules another.
+SETTLE_GRACE_SECONDS = 600
+# How far back a call's new tool results look for the assistant turn that called them.
+LAST_TURN_SCAN = 64
 
 
 @dataclass
@@ -38,6 +61,19 @@ class RecordedCall:
     time_to_first_token_ms: float | None
 
 
+@dataclass
+class _Batch:
+    """Rows a batch writes at its end, one statement per table, and the traces it touched."""
+
+    segments: list[TraceSegment] = field(default_factory=list)
+    calls: list[ModelCall] = field(default_factory=list)
+    to_settle: set[int] = field(default_factory=set)
+
+    def flush_segments(self) -> None:
+        TraceSegment.objects.bulk_create(self.segments)
+        self.segments = []
+
+
 def _response_message(response: dict | None) -> dict | None:
     if not isinstance(response, dict):
         return None
@@ -60,13 +96,22 @@ def _request_messages(request: dict) -> list[dict] | None:
     return None
 
 
-def _find_trace(*, call: RecordedCall, messages: list[dict]) -> Trace | None:
-    traces = Trace.objects.select_for_update().filter(project_id=call.project_id)
+def _find_trace(
+    *, call: RecordedCall, messages: list[dict], conversation: list[dict]
+) -> tuple[Trace | None, dict[int, str]]:
+    """The trace the call continues, and the conversation's hashes at the lengths that matter
+    (the trace's length and the whole conversation)."""
+    traces = Trace.objects.select_for_update().defer("body").filter(project_id=call.project_id)
+    end = len(conversation)
     if call.trace_id_header:
-        return traces.filter(external_id=call.trace_id_header).first()
-    lengths = prefix_hashes(messages)
+        trace = traces.filter(external_id=call.trace_id_header).first()
+        lengths = {end} | ({trace.message_count} if trace else set())
+        return trace, prefix_digests(conversation, lengths)
+    ends = assistant_ends(messages)
+    digests = prefix_digests(conversation, ends | {end})
+    lengths = {digests[length]: length for length in ends}
     if not lengths:
-        return None
+        return None, digests
     since = call.started_at - timedelta(seconds=settings.GATEWAY_MERGE_WINDOW_SECONDS)
     candidates = list(
         traces.filter(
@@ -77,7 +122,8 @@ def _find_trace(*, call: RecordedCall, messages: list[dict]) -> Trace | None:
         )
     )
     # The longest conversation this call extends is the one it continues.
-    return max(candidates, key=lambda trace: lengths[trace.tail_hash], default=None)
+    trace = max(candidates, key=lambda trace: lengths[trace.tail_hash], default=None)
+    return trace, digests
 
 
 def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
@@ -97,41 +143,49 @@ def _trace_termination(call: RecordedCall) -> str:
     }.get(call.termination, Termination.ERROR)
 
 
-@transaction.atomic
-def record_model_call(call: RecordedCall) -> ModelCall:
-    """Store the call and fold it into its trace (created when it starts a conversation)."""
-    messages = _request_messages(call.request)
-    trace, turn_index = None, None
-    if messages is not None:
-        answer = _response_message(call.response)
-        conversation = messages + ([answer] if answer else [])
-        trace = _find_trace(call=call, messages=messages)
-        if trace is None:
-            trace = Trace(
-                project_id=call.project_id,
-                external_id=call.trace_id_header or f"gw-{uuid.uuid4().hex}",
-                source=TraceSource.GATEWAY,
-                started_at=call.started_at,
-                body=b"",
-            )
-            stored_messages, stored_tools = [], []
-        else:
-            body = trace.body_json()
-            stored_messages, stored_tools = body["messages"], body["tools"]
-        shared = common_prefix_length(stored_messages, conversation)
-        merged = stored_messages + conversation[shared:]
-        if answer:
-            turn_index = len(merged) - 1
-        _update_trace(trace, call, merged, _merge_tools(stored_tools, call.request.get("tools")))
-        after_traces_changed([trace.pk])
+def _search_parts(messages: list[dict]) -> tuple[list[str], list[str]]:
+    """The tool errors and the answers of `search_text`, one part per message."""
+    errors, answers = [], []
+    for message in messages:
+        part = search_text([message])
+        if part:
+            (errors if message.get("role") == "tool" else answers).append(part)
+    return errors, answers
+
+
+def _extend_search_text(text: str, error_chars: int, added: list[dict]) -> tuple[str, int]:
+    """`search_text` of the whole conversation from the stored one and the new messages: the
+    tool errors lead (the first `error_chars` characters), then the answers, cut at the limit.
+    A part cut off stays cut off, as it would be if the whole were computed again."""
+    errors, answers = _search_parts(added)
+    if not errors and not answers:
+        return text, error_chars
+    stored_errors = text[:error_chars]
+    stored_answers = text[error_chars + 1 :] if error_chars else text
+    error_part = "\n".join(part for part in [stored_errors, *errors] if part)
+    answer_part = "\n".join(part for part in [stored_answers, *answers] if part)
+    joined = "\n".join(part for part in (error_part, answer_part) if part)
+    return joined[:SEARCH_TEXT_MAX_CHARS], min(len(error_part), SEARCH_TEXT_MAX_CHARS)
+
+
+def _adopt(trace: Trace) -> dict:
+    """The recorder's bookkeeping for a trace it did not record (pushed, or stored before the
+    bookkeeping existed), read once from its body."""
+    body = trace.body_json()
+    errors, _ = _search_parts(body["messages"])
+    return {
+        "tools": body["tools"],
+        "error_chars": min(len("\n".join(errors)), SEARCH_TEXT_MAX_CHARS),
+    }
+
+
+def _call_row(call: RecordedCall) -> ModelCall:
     usage = (call.response or {}).get("usage") if isinstance(call.response, dict) else None
     usage = usage if isinstance(usage, dict) else {}
     choice = ((call.response or {}).get("choices") or [{}])[0] if call.response else {}
     choice = choice if isinstance(choice, dict) else {}
-    return ModelCall.objects.create(
+    return ModelCall(
         project_id=call.project_id,
-        trace=trace,
-        turn_index=turn_index,
         requested_model=call.requested_model[:200],
         upstream_model=call.upstream_model[:200],
         adapter_version=call.adapter_version,
@@ -153,25 +207,186 @@ def record_model_call(call: RecordedCall) -> ModelCall:
     )
 
 
-def _update_trace(trace: Trace, call: RecordedCall, messages: list[dict], tools: list) -> None:
+def record_model_calls(calls: list[RecordedCall]) -> list[ModelCall]:
+    """Store calls in order, in one transaction, each folded into its trace (created when it
+    starts a conversation); the traces settle once they go quiet."""
+    batch = _Batch()
+    with transaction.atomic():
+        for call in calls:
+            _record(call, batch)
+        batch.flush_segments()
+        ModelCall.objects.bulk_create(batch.calls)
+        settle_when_quiet(sorted(batch.to_settle))
+    return batch.calls
+
+
+def record_model_call(call: RecordedCall) -> ModelCall:
+    """Store one call (see record_model_calls)."""
+    return record_model_calls([call])[0]
+
+
+def _record(call: RecordedCall, batch: _Batch) -> None:
+    row = _call_row(call)
+    batch.calls.append(row)
+    messages = _request_messages(call.request)
+    if messages is None:
+        return
+    answer = _response_message(call.response)
+    conversation = messages + ([answer] if answer else [])
+    trace, digests = _find_trace(call=call, messages=messages, conversation=conversation)
+    if trace is None:
+        trace = Trace(
+            project_id=call.project_id,
+            external_id=call.trace_id_header or f"gw-{uuid.uuid4().hex}",
+            source=TraceSource.GATEWAY,
+            started_at=call.started_at,
+            body=b"",
+            recording={"tools": [], "error_chars": 0},
+        )
+    recording = dict(trace.recording or {}) if "tools" in (trace.recording or {}) else None
+    stored_count = trace.message_count
+    if trace.pk is None or digests.get(stored_count) == trace.tail_hash:
+        shared = stored_count  # the call extends the trace: its first messages are the trace
+        tail_hash = digests[len(conversation)]
+    else:  # it rewrote earlier messages, or the trace was pushed, not recorded: read the body
+        batch.flush_segments()
+        stored = trace.body_json()["messages"]
+        shared = common_prefix_length(stored, conversation)
+        tail_hash = conversation_hash(stored + conversation[shared:])
+    if recording is None:
+        batch.flush_segments()
+        recording = _adopt(trace)
+    added = conversation[shared:]
+
+    tools = _merge_tools(recording["tools"], call.request.get("tools"))
+    recording["tools"] = tools
+    incoming_tools = call.request.get("tools")
+    if isinstance(incoming_tools, list) and incoming_tools == tools[: len(incoming_tools)]:
+        row.request_tools_prefix = len(incoming_tools)
+    row.request_prefix = len(messages) if shared == stored_count else shared
+    residual = {key: value for key, value in call.request.items() if key != "messages"}
+    if row.request_tools_prefix is not None:
+        del residual["tools"]
+    residual["messages"] = messages[row.request_prefix :]
+    row.request = ModelCall.pack(residual)
+    row.turn_index = stored_count + len(added) - 1 if answer else None
+
+    if added:
+        recording["segments"] = recording.get("segments", 0) + 1
+    trace.search_text, recording["error_chars"] = _extend_search_text(
+        trace.search_text, recording.get("error_chars", 0), added
+    )
+    _update_trace(trace, call, added, tail_hash)
+    facts = add_message_facts(
+        TraceFacts.of_trace(trace),
+        added,
+        earlier_messages=_last_turn(conversation, shared),
+        truncated_replies=int(bool(answer) and call.termination == "truncated"),
+    )
+    for name, value in facts.columns().items():
+        setattr(trace, name, value)
+    settle = _settle_due_now(recording)
+    trace.recording = recording
+    if trace.pk is None:
+        trace.save()
+    else:
+        trace.save(update_fields=_UPDATED_FIELDS)
+    if settle:
+        batch.to_settle.add(trace.pk)
+    if added:
+        batch.segments.append(TraceSegment(trace=trace, messages=_pack_messages(added)))
+    row.trace = trace
+
+
+_UPDATED_FIELDS = [
+    "model",
+    "adapter_version",
+    "termination",
+    "message_count",
+    "tool_call_count",
+    "preview",
+    "search_text",
+    "content_hash",
+    "tail_hash",
+    "prompt_tokens",
+    "completion_tokens",
+    "ended_at",
+    "updated_at",
+    "recording",
+    *TraceFacts().columns(),
+]
+
+
+def _last_turn(conversation: list[dict], end: int) -> list[dict]:
+    """The messages from the last assistant turn before `end`: the tool calls that the tool
+    results after it answer."""
+    start = end - 1
+    while start > max(0, end - LAST_TURN_SCAN) and conversation[start].get("role") != "assistant":
+        start -= 1
+    return conversation[max(start, 0) : end]
+
+
+def _pack_messages(messages: list[dict]) -> bytes:
+    return zlib.compress(orjson.dumps(messages), 1)
+
+
+def _update_trace(trace: Trace, call: RecordedCall, added: list[dict], tail_hash: str) -> None:
+    """The summary columns of the trace plus `added`, without reading what it had."""
     usage = (call.response or {}).get("usage") if isinstance(call.response, dict) else None
     usage = usage if isinstance(usage, dict) else {}
-    body = Trace.pack_body(messages=messages, tools=tools)
-    trace.body = body
-    trace.content_hash = hashlib.sha256(orjson.dumps([messages, tools])).hexdigest()
-    trace.tail_hash = conversation_hash(messages)
+    # The conversation hash stands for the content: a pushed trace's hash never equals it.
+    trace.content_hash = tail_hash
+    trace.tail_hash = tail_hash
     trace.model = call.requested_model[:200]
     trace.adapter_version = call.adapter_version
     termination = _trace_termination(call)
     # A reply cut at max_tokens marks the episode: a later call that completes does not hide it.
     if not (termination == Termination.COMPLETED and trace.termination == Termination.TRUNCATED):
         trace.termination = termination
-    trace.message_count = len(messages)
-    trace.tool_call_count = sum(len(m.get("tool_calls") or ()) for m in messages)
-    trace.preview = preview_text(messages)
-    trace.search_text = search_text(messages)
+    trace.message_count += len(added)
+    trace.tool_call_count += sum(len(m.get("tool_calls") or ()) for m in added)
+    if not trace.preview:
+        trace.preview = preview_text(added)
     trace.prompt_tokens = (trace.prompt_tokens or 0) + (usage.get("prompt_tokens") or 0)
     trace.completion_tokens = (trace.completion_tokens or 0) + (usage.get("completion_tokens") or 0)
     trace.ended_at = call.started_at + timedelta(milliseconds=call.latency_ms)
     trace.updated_at = trace.ended_at
-    trace.save()
+
+
+def _settle_due_now(recording: dict) -> bool:
+    """Whether this call schedules the trace's settle task: one per quiet period, none while
+    one is pending (unless it is long overdue: lost with a broker restart)."""
+    due = recording.get("settle_due")
+    now = time.time()
+    if due is not None and now <= due + SETTLE_GRACE_SECONDS:
+        return False
+    recording["settle_due"] = now + settings.GATEWAY_QUIET_SECONDS
+    return True
+
+
+@transaction.atomic
+def settle_trace(*, trace_id: int, force: bool = False) -> float | None:
+    """Once the trace has been quiet for GATEWAY_QUIET_SECONDS: pack what the gateway appended
+    into its body, then triage and embed it. Returns the seconds still to wait, or None when it
+    settled (or is gone). `force`: settle now (no worker to wait with)."""
+    trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
+    if trace is None:
+        return None
+    quiet_for = (timezone.now() - trace.updated_at).total_seconds()
+    wait = settings.GATEWAY_QUIET_SECONDS - quiet_for
+    recording = dict(trace.recording or {})
+    if wait > 0 and not force:
+        recording["settle_due"] = time.time() + wait
+        trace.recording = recording
+        trace.save(update_fields=["recording"])
+        return wait
+    recording.pop("settle_due", None)
+    if recording.get("segments"):
+        body = trace.body_json()
+        trace.body = Trace.pack_body(messages=body["messages"], tools=body["tools"])
+        trace.segments.all().delete()
+        recording["segments"] = 0
+    trace.recording = recording
+    trace.save(update_fields=["body", "recording"])
+    after_traces_changed([trace.pk])
+    return None

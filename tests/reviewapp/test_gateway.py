@@ -106,7 +106,7 @@ async def test_calls_extending_a_conversation_join_its_trace(upstream, gateway_k
     await chat(gateway_key, [*USER, answer, {"role": "user", "content": "again"}])
     await asyncio.to_thread(recorded)
     trace = await Trace.objects.aget()
-    messages = trace.body_json()["messages"]
+    messages = (await asyncio.to_thread(trace.body_json))["messages"]
     assert [m["content"] for m in messages] == ["hello", "echo: hello", "again", "echo: again"]
     turns = [c.turn_index async for c in ModelCall.objects.order_by("id")]
     assert turns == [1, 3]
@@ -125,7 +125,7 @@ async def test_x_trace_id_groups_calls_into_one_trace(upstream, gateway_key):
     await asyncio.to_thread(recorded)
     trace = await Trace.objects.aget()
     assert trace.external_id == "episode-7" and trace.source == "gateway"
-    contents = [m["content"] for m in trace.body_json()["messages"]]
+    contents = [m["content"] for m in (await asyncio.to_thread(trace.body_json))["messages"]]
     assert contents == ["hello", "echo: hello", "second agent", "echo: second agent"]
 
 

@@ -81,7 +81,8 @@ async def test_otel_spans_then_the_gateway_call_are_one_trace(key):
     await chat(key, traceparent=TRACEPARENT)
     trace = await Trace.objects.aget()
     assert trace.external_id == TRACE_ID
-    assert [m["content"] for m in trace.body_json()["messages"]] == ["hello", "echo: hello"]
+    messages = (await asyncio.to_thread(trace.body_json))["messages"]
+    assert [m["content"] for m in messages] == ["hello", "echo: hello"]
     assert await trace.calls.acount() == 1
 
 

@@ -99,6 +99,6 @@ async def test_tool_calls_from_vllm_are_recorded_as_the_trace_turn(key):
     assert response.status_code == 200
     await asyncio.to_thread(calls)
     trace = await Trace.objects.aget()
-    messages = trace.body_json()["messages"]
+    messages = (await asyncio.to_thread(trace.body_json))["messages"]
     assert messages[-1]["tool_calls"][0]["function"]["name"] == "calculator"
     assert trace.tool_call_count == 1

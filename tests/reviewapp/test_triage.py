@@ -1,5 +1,7 @@
 """Triage rules: which traces they route, sampling, idempotence, and the hooks after ingest."""
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
@@ -200,13 +202,16 @@ def test_run_now_task_skips_a_disabled_rule(project, queue):
     assert tasks.run_triage_rule(rule.pk) == 1
 
 
-def test_a_recorded_gateway_call_is_triaged_and_embedded(
-    project, queue, monkeypatch, django_capture_on_commit_callbacks
+def test_a_recorded_gateway_call_is_triaged_and_embedded_once_it_goes_quiet(
+    project, queue, monkeypatch, settings, django_capture_on_commit_callbacks
 ):
     make_rule(project, queue, termination="timeout")
-    embedded = []
+    embedded, settles = [], []
     monkeypatch.setattr(tasks.triage_traces, "delay", tasks.triage_traces)
     monkeypatch.setattr(tasks.embed_traces, "delay", embedded.append)
+    monkeypatch.setattr(
+        tasks.settle_trace, "apply_async", lambda args, countdown: settles.append(args)
+    )
     call = RecordedCall(
         project_id=project.pk,
         trace_id_header="episode-1",
@@ -220,14 +225,18 @@ def test_a_recorded_gateway_call_is_triaged_and_embedded(
         status_code=None,
         termination="timeout",
         error="upstream too slow",
-        started_at=timezone.now(),
+        started_at=timezone.now() - timedelta(minutes=1),
         latency_ms=30000.0,
         time_to_first_token_ms=None,
     )
 
     with django_capture_on_commit_callbacks(execute=True):
         record_model_call(call)
-
     trace = Trace.objects.get(external_id="episode-1")
+    assert settles == [(trace.pk,)] and queued(queue) == set() and embedded == []
+
+    settings.GATEWAY_QUIET_SECONDS = 0
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.settle_trace(trace.pk) is True
     assert queued(queue) == {"episode-1"}
     assert embedded == [[trace.pk]]
