@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import JSONField
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from reviewapp.ingest.chat import (
     IngestError,
@@ -80,14 +81,15 @@ def _raw_external_id(raw: Any) -> str | None:
     return external_id if isinstance(external_id, str) else None
 
 
-def _trace_row(*, project: Project, entry: _Accepted, source: str) -> Trace:
+def _trace_values(*, project: Project, entry: _Accepted, source: str) -> dict[str, Any]:
+    """The new trace's column values by attribute name; the rest take the model's defaults."""
     item = entry.item
     messages = entry.raw["messages"]
     tools = entry.raw.get("tools") or []
     outcome = item.outcome or None
     usage = item.usage or None
-    return Trace(
-        project=project,
+    return dict(
+        project_id=project.pk,
         external_id=item.external_id,
         source=source,
         model=item.model or "",
@@ -214,16 +216,30 @@ def _store(
     after_traces_changed(list(new_ids.values()))
 
 
-# Every column but the id, in the model's order; the staging table has exactly these.
-def _trace_fields() -> list:
-    return [field for field in Trace._meta.concrete_fields if not field.primary_key]
+# The staging table's column types, by its columns: binary COPY sends values as these types.
+_STAGE_TYPES: dict[tuple[str, ...], list[int]] = {}
 
 
-def _copy_value(field, value):
-    """A value as COPY's text format takes it: JSON already encoded (orjson, not json.dumps)."""
-    if isinstance(field, JSONField):
-        return orjson.dumps(value).decode()
-    return field.get_db_prep_save(value, connection)
+def _stage_types(cursor, columns: tuple[str, ...]) -> list[int]:
+    if columns not in _STAGE_TYPES:
+        cursor.execute(
+            "SELECT atttypid FROM pg_attribute WHERE attrelid = 'trace_stage'::regclass"
+            " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        )
+        _STAGE_TYPES[columns] = [oid for (oid,) in cursor.fetchall()]
+    return _STAGE_TYPES[columns]
+
+
+def _copy_rows(*, project: Project, accepted: dict[str, _Accepted], source: str, fields: list):
+    """Each trace's values in `fields` order, as binary COPY takes them."""
+    defaults = {field.attname: field.get_default() for field in fields}
+    json_fields = {field.attname for field in fields if isinstance(field, JSONField)}
+    for entry in accepted.values():
+        values = {**defaults, **_trace_values(project=project, entry=entry, source=source)}
+        yield [
+            Jsonb(values[name], dumps=orjson.dumps) if name in json_fields else values[name]
+            for name in (field.attname for field in fields)
+        ]
 
 
 def _insert_by_copy(
@@ -235,7 +251,7 @@ def _insert_by_copy(
     source) of each that was already stored). The unique constraint decides: a concurrent
     batch storing the same id first makes ours a duplicate, never a failure.
     """
-    fields = _trace_fields()
+    fields = [field for field in Trace._meta.concrete_fields if not field.primary_key]
     columns = sql.SQL(", ").join(sql.Identifier(field.column) for field in fields)
     stage = sql.Identifier("trace_stage")
     with connection.cursor() as cursor:
@@ -245,14 +261,15 @@ def _insert_by_copy(
                 "SELECT {columns} FROM reviewapp_trace WITH NO DATA"
             ).format(stage=stage, columns=columns)
         )
+        types = _stage_types(cursor, tuple(field.column for field in fields))
         with cursor.copy(
-            sql.SQL("COPY {stage} ({columns}) FROM STDIN").format(stage=stage, columns=columns)
+            sql.SQL("COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)").format(
+                stage=stage, columns=columns
+            )
         ) as copy:
-            for entry in accepted.values():
-                row = _trace_row(project=project, entry=entry, source=source)
-                copy.write_row(
-                    [_copy_value(field, getattr(row, field.attname)) for field in fields]
-                )
+            copy.set_types(types)
+            for row in _copy_rows(project=project, accepted=accepted, source=source, fields=fields):
+                copy.write_row(row)
         # The outer SELECT reads the snapshot from before the INSERT: it sees what was stored
         # before this batch, which is what a duplicate is compared with.
         cursor.execute(
@@ -303,7 +320,7 @@ def _insert_by_orm(
     # A concurrent batch may insert the same id between our read and write: the unique
     # constraint keeps one row and ignore_conflicts keeps this batch from failing.
     Trace.objects.bulk_create(
-        [_trace_row(project=project, entry=entry, source=source) for entry in new],
+        [Trace(**_trace_values(project=project, entry=entry, source=source)) for entry in new],
         ignore_conflicts=True,
         batch_size=500,
     )
