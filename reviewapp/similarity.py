@@ -8,6 +8,7 @@ the cosine similarity.
 
 import hashlib
 import os
+from collections.abc import Iterable
 from functools import cache
 
 import numpy as np
@@ -19,8 +20,12 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 # Texts per forward pass: larger batches gained nothing on 2 cores (bench/triage.py).
 BATCH_SIZE = 64
-# The most vectors one comparison reads (about 1.5 kB each): the newest traces of a project.
-MAX_COMPARED = 20000
+# Vectors held in memory at once (about 1.5 kB each) where numpy compares them all: every
+# vector of a project is read, this many at a time.
+READ_CHUNK = 10000
+# The most vectors one clustering reads: the newest failing traces of a project. k-means holds
+# them all in memory and iterates over them; the page says when older ones were left out.
+MAX_CLUSTERED = 20000
 # Characters kept of each part of the compact text; four parts fit the model's 256 tokens.
 PART_CHARS = 300
 
@@ -108,6 +113,25 @@ def nearest(matrix: np.ndarray, query: np.ndarray, k: int) -> tuple[np.ndarray, 
     top = np.argpartition(-scores, k - 1)[:k]
     top = top[np.argsort(-scores[top], kind="stable")]
     return top, scores[top]
+
+
+def nearest_in_chunks(
+    chunks: Iterable[tuple[np.ndarray, np.ndarray]], query: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, scores) of the k most similar rows over chunks of (ids, matrix), best first.
+
+    Holds one chunk and the best k so far; on equal scores the earlier chunk's row wins, as a
+    row earlier in one matrix does in `nearest`.
+    """
+    best_ids = np.zeros(0, dtype=np.int64)
+    best_scores = np.zeros(0, dtype=np.float32)
+    for ids, matrix in chunks:
+        top, scores = nearest(matrix, query, k)
+        candidates = np.concatenate([best_ids, ids[top]])
+        candidate_scores = np.concatenate([best_scores, scores])
+        order = np.argsort(-candidate_scores, kind="stable")[:k]
+        best_ids, best_scores = candidates[order], candidate_scores[order]
+    return best_ids, best_scores
 
 
 def kmeans(

@@ -1,16 +1,20 @@
 """Trace embeddings in the database, and what they are for: similar traces, failure clusters,
 suggested tags, and how alike two traces are when a feedback is copied from one to the other.
 
-Vectors are read per project, newest first, up to similarity.MAX_COMPARED; beyond that the
-oldest traces are not compared (a vector index would lift the cap).
+Every trace of a project is compared. Where the database has pgvector (migration 0016 adds the
+`embedding` column and its HNSW index when it can), PostgreSQL finds the nearest vectors itself;
+elsewhere (SQLite, a PostgreSQL without the extension) numpy reads all of the project's vectors,
+similarity.READ_CHUNK at a time. Clustering reads the newest similarity.MAX_CLUSTERED failing
+traces and says when there were more.
 """
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
+from pgvector.django import CosineDistance
 
 from reviewapp import similarity
 from reviewapp.models import (
@@ -21,6 +25,7 @@ from reviewapp.models import (
     Trace,
     TraceEmbedding,
     TraceTag,
+    TraceVector,
 )
 
 # Traces embedded per forward batch group and per transaction.
@@ -73,7 +78,7 @@ def embed_traces(*, trace_ids: list[int]) -> int:
 
 @transaction.atomic
 def _store_vectors(traces: list[Trace], vectors: np.ndarray, hashes: dict[int, str]) -> None:
-    TraceEmbedding.objects.bulk_create(
+    rows = TraceEmbedding.objects.bulk_create(
         [
             TraceEmbedding(
                 project_id=trace.project_id,
@@ -88,17 +93,131 @@ def _store_vectors(traces: list[Trace], vectors: np.ndarray, hashes: dict[int, s
         unique_fields=["trace", "model_name"],
         update_fields=["vector", "content_hash", "updated_at"],
     )
+    if vector_search_available():
+        # PostgreSQL returns every upserted row's id, so the column is filled by primary key.
+        TraceVector.objects.bulk_update(
+            [
+                TraceVector(pk=row.pk, embedding=vector)
+                for row, vector in zip(rows, vectors, strict=True)
+            ],
+            ["embedding"],
+        )
 
 
-def _vectors(project: Project, trace_filter: Q | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(trace ids, vectors) of the project's newest embedded traces, optionally filtered."""
+# Per database (alias, name, host, port): None where it has no `embedding` column, else
+# whether its pgvector filters during the index scan (0.8+: `hnsw.iterative_scan`).
+_vector_columns: dict[tuple, bool | None] = {}
+
+
+def _iterative_scan() -> bool | None:
+    settings = connection.settings_dict
+    key = (connection.alias, settings["NAME"], settings.get("HOST"), settings.get("PORT"))
+    if key not in _vector_columns:
+        _vector_columns[key] = None
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector' AND EXISTS ("
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                    " AND table_name = %s AND column_name = 'embedding')",
+                    [TraceVector._meta.db_table],
+                )
+                row = cursor.fetchone()
+            if row:
+                major, minor = (int(part) for part in row[0].split(".")[:2])
+                _vector_columns[key] = (major, minor) >= (0, 8)
+    return _vector_columns[key]
+
+
+def vector_search_available() -> bool:
+    """Whether this database holds the vectors in a pgvector column with an HNSW index."""
+    return _iterative_scan() is not None
+
+
+def _embedding_rows(project: Project, trace_filter: Q | None, other_than: int | None = None):
+    """The project's stored vectors, newest trace first, optionally filtered by trace."""
     rows = TraceEmbedding.objects.filter(project=project, model_name=similarity.MODEL_NAME)
     if trace_filter is not None:
         rows = rows.filter(trace__in=Trace.objects.filter(trace_filter))
-    rows = rows.order_by("-trace_id").values_list("trace_id", "vector")
-    pairs = list(rows[: similarity.MAX_COMPARED])
+    if other_than is not None:
+        rows = rows.exclude(trace_id=other_than)
+    return rows.order_by("-trace_id").values_list("trace_id", "vector")
+
+
+def _as_matrix(pairs: list[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray]:
     ids = np.array([trace_id for trace_id, _ in pairs], dtype=np.int64)
     return ids, similarity.from_bytes([vector for _, vector in pairs])
+
+
+def _vector_chunks(project: Project, trace_filter: Q | None, other_than: int):
+    """Every (trace ids, vectors) of the project, similarity.READ_CHUNK rows at a time."""
+    pairs = []
+    rows = _embedding_rows(project, trace_filter, other_than)
+    for pair in rows.iterator(chunk_size=similarity.READ_CHUNK):
+        pairs.append(pair)
+        if len(pairs) == similarity.READ_CHUNK:
+            yield _as_matrix(pairs)
+            pairs = []
+    if pairs:
+        yield _as_matrix(pairs)
+
+
+def _nearest_scanned(
+    project: Project, query: np.ndarray, k: int, *, other_than: int, among: Q | None = None
+) -> list[tuple[int, float]]:
+    """(trace id, cosine) of the k nearest, best first: numpy over all the project's vectors."""
+    chunks = _vector_chunks(project, among, other_than)
+    ids, scores = similarity.nearest_in_chunks(chunks, query, k)
+    return [(int(trace_id), float(score)) for trace_id, score in zip(ids, scores, strict=True)]
+
+
+# Candidates the HNSW scan keeps (pgvector's default is 40); at least as many as are asked for.
+EF_SEARCH = 100
+
+
+@transaction.atomic
+def _nearest_indexed(
+    project: Project, query: np.ndarray, k: int, *, other_than: int, among: Q | None = None
+) -> list[tuple[int, float]]:
+    """(trace id, cosine) of the k nearest, best first, found by PostgreSQL's HNSW index."""
+    if k <= 0:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(max(EF_SEARCH, k))])
+        if _iterative_scan():
+            # Filters (project, reviewed, not itself) apply during the scan, which goes on
+            # until k rows pass them, in exact distance order.
+            cursor.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+    rows = _indexed_query(project, query, other_than=other_than, among=among)
+    rows = rows.values_list("trace_id", "distance")
+    return [(trace_id, 1 - distance) for trace_id, distance in rows[:k]]
+
+
+def _indexed_query(project: Project, query: np.ndarray, *, other_than: int, among: Q | None):
+    """The project's vectors, nearest `query` first: ORDER BY cosine distance, as HNSW serves."""
+    rows = TraceVector.objects.filter(
+        project_id=project.pk, model_name=similarity.MODEL_NAME, embedding__isnull=False
+    )
+    rows = rows.exclude(trace_id=other_than)
+    if among is not None:
+        rows = rows.filter(trace_id__in=Trace.objects.filter(among).values("pk"))
+    return rows.annotate(distance=CosineDistance("embedding", query)).order_by("distance")
+
+
+def _nearest(
+    project: Project, query: np.ndarray, k: int, *, other_than: int, among: Q | None = None
+) -> list[tuple[int, float]]:
+    """(trace id, cosine) of the k traces nearest `query` but `other_than`, among those given."""
+    search = _nearest_indexed if vector_search_available() else _nearest_scanned
+    return search(project, query, k, other_than=other_than, among=among)
+
+
+def _newest_vectors(
+    project: Project, trace_filter: Q, most: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(trace ids, vectors) of the `most` newest matching traces, and whether there were more."""
+    pairs = list(_embedding_rows(project, trace_filter)[: most + 1])
+    return (*_as_matrix(pairs[:most]), len(pairs) > most)
 
 
 def _vector_of(trace: Trace) -> np.ndarray | None:
@@ -125,13 +244,10 @@ def similar_traces(*, trace: Trace, limit: int = 10) -> list[SimilarTrace] | Non
     query = _vector_of(trace)
     if query is None:
         return None
-    ids, matrix = _vectors(trace.project, ~Q(pk=trace.pk))
-    top, scores = similarity.nearest(matrix, query, limit)
-    by_id = Trace.objects.defer("body").in_bulk([int(ids[index]) for index in top])
+    nearest = _nearest(trace.project, query, limit, other_than=trace.pk)
+    by_id = Trace.objects.defer("body").in_bulk([trace_id for trace_id, _ in nearest])
     return [
-        SimilarTrace(by_id[int(ids[index])], float(score))
-        for index, score in zip(top, scores, strict=True)
-        if int(ids[index]) in by_id
+        SimilarTrace(by_id[trace_id], score) for trace_id, score in nearest if trace_id in by_id
     ]
 
 
@@ -151,12 +267,9 @@ def suggested_tags(
     if query is None:
         return []
     reviewed = Exists(TraceTag.objects.filter(trace=OuterRef("pk"), reviewer__isnull=False))
-    ids, matrix = _vectors(trace.project, Q(reviewed) & ~Q(pk=trace.pk))
-    top, scores = similarity.nearest(matrix, query, neighbours)
+    nearest = _nearest(trace.project, query, neighbours, other_than=trace.pk, among=Q(reviewed))
     # Only traces that point the same way count as similar; the rest have no say.
-    weights = {
-        int(ids[index]): float(score) for index, score in zip(top, scores, strict=True) if score > 0
-    }
+    weights = {trace_id: score for trace_id, score in nearest if score > 0}
     total = sum(weights.values())
     if not total:
         return []
@@ -198,13 +311,21 @@ class Cluster:
     feedback: list[str]  # a few feedback texts written on members
 
 
+@dataclass(frozen=True)
+class FailureClusters:
+    clusters: list[Cluster]  # largest first
+    # More failing traces were embedded than one clustering reads (similarity.MAX_CLUSTERED):
+    # the newest were grouped, the older ones left out, and the page says so.
+    older_left_out: bool
+
+
 def failure_clusters(
     *, project: Project, clusters: int | None = None, examples: int = 5, seed: int = 0
-) -> list[Cluster]:
-    """The project's failing traces grouped by meaning (spherical k-means), largest first."""
-    ids, matrix = _vectors(project, failing())
+) -> FailureClusters:
+    """The project's newest failing traces grouped by meaning (spherical k-means)."""
+    ids, matrix, older_left_out = _newest_vectors(project, failing(), similarity.MAX_CLUSTERED)
     if not len(ids):
-        return []
+        return FailureClusters([], older_left_out=False)
     labels, centroids = similarity.kmeans(
         matrix, clusters or similarity.cluster_count(len(ids)), seed=seed
     )
@@ -215,7 +336,9 @@ def failure_clusters(
             order = members[np.argsort(-(matrix[members] @ centroids[index]), kind="stable")]
             groups.append([int(ids[member]) for member in order])
     groups.sort(key=len, reverse=True)
-    return [_describe_cluster(members, examples) for members in groups]
+    return FailureClusters(
+        [_describe_cluster(members, examples) for members in groups], older_left_out
+    )
 
 
 def _describe_cluster(members: list[int], examples: int) -> Cluster:

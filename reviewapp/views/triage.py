@@ -134,11 +134,12 @@ def failure_clusters_page(request: HttpRequest, slug: str) -> HttpResponse:
         count = min(max(int(request.GET.get("clusters") or 0), 0), MAX_CLUSTERS) or None
     except ValueError:
         count = None
-    clusters = failure_clusters(project=membership.project, clusters=count)
+    grouped = failure_clusters(project=membership.project, clusters=count)
     context = _page(
         membership,
-        clusters=clusters,
-        clustered=sum(cluster.size for cluster in clusters),
+        clusters=grouped.clusters,
+        clustered=sum(cluster.size for cluster in grouped.clusters),
+        older_left_out=grouped.older_left_out,
         chosen=count,
         max_clusters=MAX_CLUSTERS,
     )

@@ -158,7 +158,7 @@ def test_clustering_separates_two_failure_kinds_and_more_like_this_ranks_the_sam
     )
     assert service.embed_traces(trace_ids=[trace.pk for trace in traces.values()]) == 8
 
-    clusters = service.failure_clusters(project=project, clusters=2)
+    clusters = service.failure_clusters(project=project, clusters=2).clusters
 
     kinds = [{trace.external_id.split("-")[0] for trace in c.examples} for c in clusters]
     assert sorted(len(c.examples) for c in clusters) == [4, 4]
