@@ -22,6 +22,10 @@ class ProposalView:
     target: DistillationTarget
     diff: list[DiffPiece]  # the target against the original answer, word by word
 
+    @property
+    def unchanged(self) -> bool:
+        return all(piece.op == "equal" for piece in self.diff)
+
 
 @dataclass(frozen=True)
 class FeedbackTargets:

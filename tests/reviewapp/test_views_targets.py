@@ -250,3 +250,10 @@ def test_a_word_diff_keeps_both_texts_and_marks_the_change():
         ("delete", "7"),
         ("insert", "5"),
     ]
+
+
+def test_a_proposal_that_changes_nothing_says_so(bob, project):
+    ingest_traces(project=project, raw_items=[make_trace("t-1")])
+    _proposals(project.traces.get(), "Be brief.", [("12 * 7 is 84.", True)])
+    html = logged_in(bob).get("/p/acme/targets/").content.decode()
+    assert "the same as the original answer" in html
