@@ -6,8 +6,11 @@ import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from reviewapp.gateway.errors import SERVER_ERROR, openai_error, openai_error_body
+
 # Paths that take machine-sized bodies: the JSON API and the gateway.
 LIMITED_PREFIXES = ("/api/", "/v1/")
+GATEWAY_PREFIX = "/v1/"  # answers in OpenAI's error shape, the API in its own
 
 
 class RequestSizeLimitMiddleware:
@@ -19,23 +22,25 @@ class RequestSizeLimitMiddleware:
             try:
                 length = int(request.META.get("CONTENT_LENGTH") or 0)
             except ValueError:
+                if request.path.startswith(GATEWAY_PREFIX):
+                    return openai_error(400, "Content-Length is not a number")
                 return JsonResponse(
                     {"error": "bad_request", "detail": "Content-Length is not a number"}, status=400
                 )
             if length > settings.INGEST_MAX_BODY_BYTES:
+                if request.path.startswith(GATEWAY_PREFIX):
+                    return openai_error(413, _too_large_detail())
                 return body_too_large()
         return self.get_response(request)
 
 
-def body_too_large() -> JsonResponse:
+def _too_large_detail() -> str:
     limit = settings.INGEST_MAX_BODY_BYTES
-    return JsonResponse(
-        {
-            "error": "payload_too_large",
-            "detail": f"the request body is over the limit of {limit} bytes; send smaller batches",
-        },
-        status=413,
-    )
+    return f"the request body is over the limit of {limit} bytes; send smaller batches"
+
+
+def body_too_large() -> JsonResponse:
+    return JsonResponse({"error": "payload_too_large", "detail": _too_large_detail()}, status=413)
 
 
 class AdmissionLimit:
@@ -85,8 +90,8 @@ class AdmissionLimit:
 
 async def _refuse(send, kind: str) -> None:
     detail = "the server is at its limit of requests in flight; retry after the Retry-After seconds"
-    if kind == "gateway":  # the shape OpenAI SDKs parse (and retry on 503)
-        body = {"error": {"message": detail, "type": "overloaded", "code": 503}}
+    if kind == "gateway":  # OpenAI's shape for an overloaded server (SDKs retry on 503)
+        body = openai_error_body(detail, SERVER_ERROR)
     else:
         body = {"error": "overloaded", "detail": detail}
     headers = [

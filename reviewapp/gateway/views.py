@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from reviewapp.gateway.conversation import StreamAssembler
+from reviewapp.gateway.errors import SERVER_ERROR, messages_problem, openai_error
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import (
     Destination,
@@ -49,16 +50,6 @@ def _upstream_client() -> httpx.AsyncClient:
     return client
 
 
-def openai_error(
-    status: int, message: str, error_type: str, *, param: str | None = None, code: str = ""
-) -> JsonResponse:
-    """Errors in the shape OpenAI SDKs parse, so the harness shows a clear message."""
-    return JsonResponse(
-        {"error": {"message": message, "type": error_type, "param": param, "code": code or status}},
-        status=status,
-    )
-
-
 def answered_termination(response: dict | None) -> str:
     """How an answered call ended: `truncated` when a reply was cut at max_tokens."""
     choices = response.get("choices") if isinstance(response, dict) else None
@@ -85,13 +76,26 @@ async def _authenticate(request: HttpRequest) -> GatewayProject | None:
 
 
 def _unavailable() -> JsonResponse:
-    response = openai_error(503, "the database is unavailable; retry shortly", "unavailable")
+    response = openai_error(503, "the database is unavailable; retry shortly", SERVER_ERROR)
     response["Retry-After"] = "1"
     return response
 
 
-def _unauthorized() -> JsonResponse:
-    return openai_error(401, "send a project API key as 'Authorization: Bearer <key>'", "auth")
+def _unauthorized(request: HttpRequest) -> JsonResponse:
+    """OpenAI's two 401s: no key at all (no code), and a key it does not know."""
+    _, _, secret = request.headers.get("Authorization", "").strip().partition(" ")
+    if not secret.strip():
+        return openai_error(
+            401,
+            "You didn't provide an API key. You need to provide your project's API key in an "
+            "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+        )
+    return openai_error(
+        401,
+        "Incorrect API key provided. A project admin finds its keys on the project's API keys "
+        "page.",
+        code="invalid_api_key",
+    )
 
 
 def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
@@ -100,7 +104,6 @@ def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
     return openai_error(
         403,
         "this API key lacks the 'ingest' scope the gateway needs; use the harness's key",
-        "permission_error",
         code="insufficient_scope",
     )
 
@@ -108,13 +111,13 @@ def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
 @csrf_exempt
 async def list_models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
-        return openai_error(405, "use GET", "invalid_request_error")
+        return openai_error(405, "use GET")
     try:
         project = await _authenticate(request)
     except DatabaseUnavailable:
         return _unavailable()
     if project is None:
-        return _unauthorized()
+        return _unauthorized(request)
     if refused := _without_ingest_scope(project):
         return refused
     return JsonResponse(
@@ -130,26 +133,21 @@ async def list_models(request: HttpRequest) -> HttpResponse:
 @csrf_exempt
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
-        return openai_error(405, "use POST", "invalid_request_error")
+        return openai_error(405, "use POST")
     try:
         project = await _authenticate(request)
     except DatabaseUnavailable:
         return _unavailable()
     if project is None:
-        return _unauthorized()
+        return _unauthorized(request)
     if refused := _without_ingest_scope(project):
         return refused
-    try:
-        body = orjson.loads(request.body)
-    except orjson.JSONDecodeError as error:
-        return openai_error(400, f"the body is not valid JSON: {error}", "invalid_request_error")
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        return openai_error(400, "the body needs a 'model' string", "invalid_request_error")
+    body, refused = _parsed_body(request)
+    if refused:
+        return refused
     trace_id = request.headers.get("X-Trace-Id", "").strip()
     if len(trace_id) > MAX_TRACE_ID_LENGTH or "/" in trace_id:
-        return openai_error(
-            400, "X-Trace-Id: at most 200 characters, no '/'", "invalid_request_error"
-        )
+        return openai_error(400, "X-Trace-Id: at most 200 characters, no '/'")
     # An OTel-instrumented harness names its trace here; OTLP ingest uses the same id, so the
     # call and the harness's spans land in one trace.
     trace_id = trace_id or trace_id_from_traceparent(request.headers.get("traceparent", "")) or ""
@@ -158,16 +156,39 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     if destination is None:
         return openai_error(
             404,
-            f"The model {body['model']!r} does not exist or you do not have access to it; this "
-            f"project serves {project.served_model!r}",
-            "invalid_request_error",
-            param="model",
+            f"The model `{body['model']}` does not exist or you do not have access to it. This "
+            f"project serves `{project.served_model}`.",
             code="model_not_found",
         )
     call = _Call(project, destination, body, trace_id)
     if body.get("stream"):
         return await call.forward_streaming()
     return await call.forward()
+
+
+def _parsed_body(request: HttpRequest) -> tuple[dict, JsonResponse | None]:
+    """The request body, or a 400 as OpenAI words it for one no model server would take:
+    nothing refused here reaches the model or becomes a trace."""
+    try:
+        body = orjson.loads(request.body)
+    except orjson.JSONDecodeError as error:
+        return {}, openai_error(
+            400,
+            f"We could not parse the JSON body of your request ({error}). The API expects a "
+            "JSON payload.",
+        )
+    if not isinstance(body, dict):
+        return {}, openai_error(400, "The request body must be a JSON object.")
+    if "model" not in body:
+        return body, openai_error(400, "you must provide a model parameter")
+    if not isinstance(body["model"], str):
+        return body, openai_error(
+            400,
+            "Invalid type for 'model': expected a string.",
+            param="model",
+            code="invalid_type",
+        )
+    return body, messages_problem(body.get("messages"))
 
 
 class RelayedStream(StreamingHttpResponse):
@@ -237,10 +258,15 @@ class _Call:
     def _failed(self, error: httpx.HTTPError) -> JsonResponse:
         if isinstance(error, httpx.TimeoutException):
             self.record(response=None, status=504, termination="timeout", error=repr(error))
-            return openai_error(504, "the model server did not answer in time", "upstream_timeout")
+            return openai_error(
+                504, "the model server did not answer in time", SERVER_ERROR, code="timeout"
+            )
         self.record(response=None, status=502, termination="error", error=repr(error))
         return openai_error(
-            502, f"the model server is unreachable ({type(error).__name__})", "upstream_error"
+            502,
+            f"the model server is unreachable ({type(error).__name__})",
+            SERVER_ERROR,
+            code="upstream_unreachable",
         )
 
     async def _post(self, client: httpx.AsyncClient, *, stream: bool) -> httpx.Response:

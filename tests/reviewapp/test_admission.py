@@ -76,7 +76,15 @@ async def test_it_refuses_gateway_calls_past_the_limit_with_an_openai_shaped_503
     (status, headers, body), answered, after = await _saturate("/v1/chat/completions", limit=3)
     assert status == 503
     assert headers["retry-after"] == "7"
-    assert json.loads(body)["error"]["type"] == "overloaded"
+    assert json.loads(body) == {
+        "error": {
+            "message": "the server is at its limit of requests in flight; retry after the "
+            "Retry-After seconds",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
     assert [response[0] for response in answered] == [200, 200, 200]
     assert after[0] == 200
 

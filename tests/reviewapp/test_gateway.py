@@ -138,7 +138,8 @@ async def test_an_upstream_that_is_down_gives_502_and_a_recorded_failure(gateway
     forget_cached_routes()
     response = await chat(gateway_key, USER)
     assert response.status_code == 502
-    assert orjson.loads(response.content)["error"]["type"] == "upstream_error"
+    error = orjson.loads(response.content)["error"]
+    assert (error["type"], error["code"]) == ("server_error", "upstream_unreachable")
     [call] = await asyncio.to_thread(recorded)
     assert (call.status_code, call.termination) == (502, "error")
     assert (await Trace.objects.aget()).termination == "error"

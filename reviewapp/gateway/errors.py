@@ -1,0 +1,81 @@
+"""The gateway's errors in OpenAI's exact shape, so every SDK raises its own exception class and
+every retry policy treats them as it treats OpenAI's.
+
+OpenAI sends `{"error": {"message", "type", "param", "code"}}`, with `param` and `code` null
+where they do not apply (a missing key, unparsable JSON), never the HTTP status as the code.
+"""
+
+from django.http import JsonResponse
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+
+
+def openai_error_body(
+    message: str, error_type: str, *, param: str | None = None, code: str | None = None
+) -> dict:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def openai_error(
+    status: int,
+    message: str,
+    error_type: str = INVALID_REQUEST,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> JsonResponse:
+    return JsonResponse(
+        openai_error_body(message, error_type, param=param, code=code), status=status
+    )
+
+
+def messages_problem(messages: object) -> JsonResponse | None:
+    """A 400 in OpenAI's words for a `messages` no model server would take, else None. Only
+    the shape is checked: what a message may hold is the model server's to judge."""
+    if messages is None:
+        return openai_error(
+            400,
+            "Missing required parameter: 'messages'.",
+            param="messages",
+            code="missing_required_parameter",
+        )
+    if not isinstance(messages, list):
+        return openai_error(
+            400,
+            "Invalid type for 'messages': expected an array, but got "
+            f"{_json_type(messages)} instead.",
+            param="messages",
+            code="invalid_type",
+        )
+    if not messages:
+        return openai_error(
+            400,
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got "
+            "an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return openai_error(
+                400,
+                f"Invalid type for 'messages[{index}]': expected an object, but got "
+                f"{_json_type(message)} instead.",
+                param=f"messages[{index}]",
+                code="invalid_type",
+            )
+        if "role" not in message:
+            return openai_error(
+                400,
+                f"Missing required parameter: 'messages[{index}].role'.",
+                param=f"messages[{index}].role",
+                code="missing_required_parameter",
+            )
+    return None
+
+
+def _json_type(value: object) -> str:
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a decimal"}
+    names |= {dict: "an object", list: "an array", type(None): "null"}
+    return names.get(type(value), "a value")
