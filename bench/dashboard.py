@@ -229,7 +229,7 @@ def copy_reviews(*, project, reviewer, seed: int) -> tuple[int, int]:
     ]
     feedback_rows = [
         (trace_id, None, "", reviewer.pk, reviewer.username, "Look the order up first.",
-         None, Jsonb([]), "open", now, f"{trace_id:064x}")
+         None, Jsonb([]), "open", now, f"{trace_id:064x}", True, "")
         for trace_id in rng.sample(trace_ids, int(len(trace_ids) * FEEDBACK_SHARE))
     ]  # fmt: skip
     raw = connection.connection
@@ -241,7 +241,8 @@ def copy_reviews(*, project, reviewer, seed: int) -> tuple[int, int]:
                 copy.write_row(row)
         with cursor.copy(
             "COPY reviewapp_feedback (trace_id, turn, tool_call_id, reviewer_id, author, text,"
-            " rating, checks, status, created_at, content_hash) FROM STDIN"
+            " rating, checks, status, created_at, content_hash, from_reviewer, failure_reason)"
+            " FROM STDIN"
         ) as copy:
             for row in feedback_rows:
                 copy.write_row(row)

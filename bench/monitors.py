@@ -5,19 +5,25 @@ Run from the repository root, with PostgreSQL reachable:
     python bench/monitors.py --traces 100000
 
 It loads the same synthetic traces as bench/dashboard.py (COPY, summary columns as ingest
-computes them, small compressed bodies, reviewer feedback on 2%), ANALYZEs, then times
-`compute_monitor` per day and per hour (with and without the body sample), the alerts, and the
-monitors page through Django's test client. The baseline, measured in the same run, is the
+computes them, small compressed bodies, reviewer feedback on 2%) with per-trace facts (tool
+results and errors per tool, answers and their words) drawn here and tallied as they are drawn,
+ANALYZEs, checks that the monitor's per-tool figures equal the tallies exactly, then times
+`compute_monitor` per day and per hour (with and without the per-tool figures), the alerts, and
+the monitors page through Django's test client. The baseline, measured in the same run, is the
 cheapest grouped query that could back the page: trace counts per model version.
 """
 
 import argparse
+import random
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from psycopg import sql
+from psycopg.types.json import Jsonb
 from scratch_db import (
     add_admin_url_argument,
     drop_database,
@@ -29,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dashboard import copy_reviews, copy_traces, setup_django, timed  # noqa: E402
+from dashboard import copy_reviews, setup_django, timed, trace_rows  # noqa: E402
 
 BENCH_DATABASE = "apprentice_bench_monitors"
 
@@ -59,6 +65,99 @@ def parse_args() -> BenchConfig:
     return BenchConfig(**vars(parser.parse_args()))
 
 
+# Tools the synthetic agents call, and how often each fails per adapter (base: the first rate).
+TOOL_FAILURE = {
+    "lookup_order": {"": 0.02, "acme-v1": 0.02, "acme-v2": 0.15, "acme-v3": 0.02},
+    "refund": {"": 0.05, "acme-v1": 0.05, "acme-v2": 0.05, "acme-v3": 0.30},
+    "search_docs": {"": 0.01, "acme-v1": 0.01, "acme-v2": 0.01, "acme-v3": 0.01},
+    "send_email": {"": 0.10, "acme-v1": 0.10, "acme-v2": 0.10, "acme-v3": 0.10},
+}
+
+
+@dataclass
+class Tally:
+    """What was drawn, per (model, adapter_version, tool): the figures the monitor must show."""
+
+    results: Counter
+    errors: Counter
+
+
+def with_facts(rows, seed: int, tally: Tally):
+    """The dashboard's rows plus facts drawn per trace, counted into `tally` as drawn."""
+    rng = random.Random(seed + 2)
+    tools = list(TOOL_FAILURE)
+    for row in rows:
+        version = (row["model"], row["adapter_version"])
+        results: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        for _ in range(row["tool_call_count"]):
+            name = tools[int(rng.random() * 4)]
+            results[name] = results.get(name, 0) + 1
+            if rng.random() < TOOL_FAILURE[name][row["adapter_version"]]:
+                errors[name] = errors.get(name, 0) + 1
+        for name, count in results.items():
+            tally.results[(*version, name)] += count
+        for name, count in errors.items():
+            tally.errors[(*version, name)] += count
+        answers = 1 + int(rng.random() * 3)
+        yield {
+            **row,
+            "tool_results": Jsonb(results),
+            "tool_errors": Jsonb(errors),
+            "tool_result_count": sum(results.values()),
+            "tool_error_count": sum(errors.values()),
+            "answer_count": answers,
+            "answer_words": answers * (5 + int(rng.random() * 40)),
+            "truncated_replies": int(row["termination"] == "truncated"),
+        }
+
+
+def copy_traces_with_facts(*, project_id: int, count: int, seed: int, tally: Tally) -> float:
+    """COPY the synthetic traces with their facts into reviewapp_trace; seconds.
+
+    Columns neither generator knows (added later to the model) get the model's default.
+    """
+    from django.db import connection
+
+    from reviewapp.models import Trace
+
+    fields = [field for field in Trace._meta.concrete_fields if not field.primary_key]
+    known = set(
+        next(with_facts(trace_rows(project_id, 1, seed), seed, Tally(Counter(), Counter())))
+    )
+    defaults = {
+        field.column: field.get_db_prep_save(field.get_default(), connection)
+        for field in fields
+        if field.column not in known
+    }
+    columns = [field.column for field in fields]
+    statement = sql.SQL("COPY reviewapp_trace ({}) FROM STDIN").format(
+        sql.SQL(", ").join(sql.Identifier(column) for column in columns)
+    )
+    connection.ensure_connection()
+    raw = connection.connection
+    started = time.perf_counter()
+    with raw.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in with_facts(trace_rows(project_id, count, seed), seed, tally):
+            row.update(defaults)
+            copy.write_row([row[column] for column in columns])
+    raw.commit()
+    return time.perf_counter() - started
+
+
+def check_exact(monitor, tally: Tally) -> int:
+    """Every (version, tool) figure of the monitor equals the tally; returns how many."""
+    shown_results, shown_errors = Counter(), Counter()
+    for group in monitor.versions:
+        for name, tool in group.tools.items():
+            key = (group.version.model, group.version.adapter_version, name)
+            shown_results[key] += tool.calls
+            shown_errors[key] += tool.errors
+    if shown_results != tally.results or +shown_errors != +tally.errors:
+        raise RuntimeError("the monitor's per-tool figures differ from what was drawn")
+    return len(tally.results)
+
+
 def run(config: BenchConfig) -> None:
     setup_django(config.database_url)
     from django.contrib.auth import get_user_model
@@ -74,7 +173,10 @@ def run(config: BenchConfig) -> None:
     project = create_project(slug="bench", name="Bench")
     reviewer = get_user_model().objects.create_user("rita", password="bench-only")
     Membership.objects.create(project=project, user=reviewer, role="reviewer")
-    seconds = copy_traces(project_id=project.pk, count=config.traces, seed=config.seed)
+    tally = Tally(Counter(), Counter())
+    seconds = copy_traces_with_facts(
+        project_id=project.pk, count=config.traces, seed=config.seed, tally=tally
+    )
     tags, feedback = copy_reviews(project=project, reviewer=reviewer, seed=config.seed)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
@@ -84,9 +186,21 @@ def run(config: BenchConfig) -> None:
     client = Client()
     client.force_login(reviewer)
     monitor = compute_monitor(traces=traces)
+    exact = check_exact(monitor, tally)
     print(
-        f"{len(monitor.versions)} versions, {len(monitor.buckets)} day buckets, "
-        f"{monitor.bodies_read} bodies sampled per monitor"
+        f"{len(monitor.versions)} versions, {len(monitor.buckets)} day buckets; per-tool figures "
+        f"exact: {exact} (version, tool) pairs, {sum(tally.results.values()):,} tool results and "
+        f"{sum(tally.errors.values()):,} errors, equal to the drawn tallies"
+    )
+    worst = max(
+        ((group.version.label, name, tool) for group in monitor.versions
+         for name, tool in group.tools.items()),
+        key=lambda item: item[2].error_rate or 0,
+    )  # fmt: skip
+    print(
+        f"highest failure rate: {worst[1]} in {worst[0]}, {worst[2].errors:,} of "
+        f"{worst[2].calls:,} ({100 * worst[2].error_rate:.1f}%), "
+        f"newest failing traces {worst[2].error_examples}"
     )
 
     def page() -> None:
@@ -97,7 +211,7 @@ def run(config: BenchConfig) -> None:
         "baseline: count per version": lambda: list(
             traces.order_by().values("model", "adapter_version").annotate(n=Count("id"))
         ),
-        "monitor per day, SQL only": lambda: compute_monitor(traces=traces, read_bodies=False),
+        "monitor per day, no per-tool": lambda: compute_monitor(traces=traces, per_tool=False),
         "monitor per day": lambda: compute_monitor(traces=traces),
         "monitor per hour": lambda: compute_monitor(traces=traces, bucket="hour"),
         "alerts": lambda: project_alerts(project=project),
