@@ -2,7 +2,7 @@
 
 from ninja import NinjaAPI
 
-from reviewapp.api import alerts, export, otel, review, runs, settings, targets, traces
+from reviewapp.api import alerts, export, gateway, otel, review, runs, settings, targets, traces
 from reviewapp.api.auth import ProjectKeyAuth
 from reviewapp.api.errors import StrictJsonParser, install_error_handlers
 from reviewapp.models import KeyScope
@@ -28,3 +28,4 @@ api.add_router("/", alerts.router)
 api.add_router("/", settings.router)
 api.add_router("/", review.router)
 api.add_router("/", targets.router)
+api.add_router("/", gateway.router)

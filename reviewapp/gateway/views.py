@@ -15,6 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from reviewapp.gateway.conversation import StreamAssembler
 from reviewapp.gateway.errors import SERVER_ERROR, messages_problem, openai_error
 from reviewapp.gateway.recorder import recorder
+from reviewapp.gateway.refusals import refusals
 from reviewapp.gateway.routing import (
     Destination,
     GatewayProject,
@@ -23,7 +24,7 @@ from reviewapp.gateway.routing import (
     upstream_health,
 )
 from reviewapp.gateway.tracecontext import trace_id_from_traceparent
-from reviewapp.models import KeyScope
+from reviewapp.models import KeyScope, RefusalReason
 from reviewapp.services.calls import RecordedCall
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def _unavailable() -> JsonResponse:
 
 def _unauthorized(request: HttpRequest) -> JsonResponse:
     """OpenAI's two 401s: no key at all (no code), and a key it does not know."""
+    refusals.count(project_id=None, reason=RefusalReason.INVALID_API_KEY)
     _, _, secret = request.headers.get("Authorization", "").strip().partition(" ")
     if not secret.strip():
         return openai_error(
@@ -101,6 +103,7 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
 def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
     if KeyScope.INGEST in project.key_scopes:
         return None
+    refusals.count(project_id=project.id, reason=RefusalReason.INSUFFICIENT_SCOPE)
     return openai_error(
         403,
         "this API key lacks the 'ingest' scope the gateway needs; use the harness's key",
@@ -143,17 +146,19 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     if refused := _without_ingest_scope(project):
         return refused
     body, refused = _parsed_body(request)
-    if refused:
-        return refused
     trace_id = request.headers.get("X-Trace-Id", "").strip()
-    if len(trace_id) > MAX_TRACE_ID_LENGTH or "/" in trace_id:
-        return openai_error(400, "X-Trace-Id: at most 200 characters, no '/'")
+    if not refused and (len(trace_id) > MAX_TRACE_ID_LENGTH or "/" in trace_id):
+        refused = openai_error(400, "X-Trace-Id: at most 200 characters, no '/'")
+    if refused:
+        refusals.count(project_id=project.id, reason=RefusalReason.INVALID_REQUEST)
+        return refused
     # An OTel-instrumented harness names its trace here; OTLP ingest uses the same id, so the
     # call and the harness's spans land in one trace.
     trace_id = trace_id or trace_id_from_traceparent(request.headers.get("traceparent", "")) or ""
 
     destination = destination_for(project, body["model"])
     if destination is None:
+        refusals.count(project_id=project.id, reason=RefusalReason.MODEL_NOT_FOUND)
         return openai_error(
             404,
             f"The model `{body['model']}` does not exist or you do not have access to it. This "

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from reviewapp.charts import multi_line_chart, stacked_bar_chart
 from reviewapp.filters import filtered_traces
 from reviewapp.forms import MonitorForm
+from reviewapp.gateway.refusals import recent_refusals
 from reviewapp.models import Project, TargetState, Termination
 from reviewapp.project_settings import POLICY_CHOICES, DataPolicy
 from reviewapp.services.alerts import alerts_from_monitor, project_alerts
@@ -178,6 +179,7 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
         "policy": policy,
         "policy_error": policy_error,
         "since": filters.get("since"),
+        "refusals": recent_refusals(project),
     }
     status = 200 if valid else 422
     if request.htmx:
