@@ -158,10 +158,23 @@ def test_alice_reaches_every_dashboard_route_so_the_refusals_mean_something(acme
         assert response.status_code not in (403, 404), (path, response.status_code)
 
 
-def test_another_projects_key_reaches_nothing_of_acme_over_the_api(acme_objects, other_api):
+@pytest.fixture(params=["ingest", "every scope"])
+def globex_api(request, other_project) -> ApiClient:
+    """globex's harness key, and one that holds every scope: a scope refusal (403) must not be
+    the only thing keeping a route from acme's objects."""
+    from reviewapp.services.projects import create_api_key
+
+    scopes = ["ingest"] if request.param == "ingest" else ["ingest", "review", "admin"]
+    return ApiClient(create_api_key(project=other_project, scopes=scopes)[1])
+
+
+def test_another_projects_key_reaches_nothing_of_acme_over_the_api(acme_objects, globex_api):
+    other_api = globex_api
     for method, path in API_OPERATIONS:
         url = _fill(path.removeprefix("/"), acme_objects)
-        response = other_api.request(method, url, {"text": "x", "traces": [], "reward": 1})
+        # a body every operation accepts, so the answer is about the object, not the body
+        body = {"text": "x", "traces": [], "reward": 1, "content": "x"}
+        response = other_api.request(method, url, body)
         if "{" in path:  # addresses one of acme's objects
             assert response.status_code in (403, 404), (method, url, response.status_code)
         else:  # a collection: answered for globex, with nothing of acme in it
