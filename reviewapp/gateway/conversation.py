@@ -25,27 +25,24 @@ def canonical_message(message: dict) -> dict:
 
 
 def conversation_hash(messages: list[dict]) -> str:
-    canonical = [canonical_message(message) for message in messages]
-    return hashlib.sha256(orjson.dumps(canonical)).hexdigest()
+    """A chain: the hash of n messages is sha256(hash of the first n - 1 + canonical message n),
+    so a conversation's hash extends from any prefix's in the cost of the messages added."""
+    return prefix_digests(messages, {len(messages)})[len(messages)]
 
 
-def prefix_digests(messages: list[dict], lengths: set[int]) -> dict[int, str]:
-    """conversation_hash(messages[:n]) for each n in lengths, in one pass over the messages.
-
-    The hash is of the JSON list of canonical messages, written "[" + items joined by "," +
-    "]", so one running sha256 gives every prefix's hash: each message is hashed once.
-    """
-    running = hashlib.sha256(b"[")
-    digests = {}
-    for length in range(len(messages) + 1):
+def prefix_digests(
+    messages: list[dict], lengths: set[int], *, start: int = 0, start_hash: str = ""
+) -> dict[int, str]:
+    """conversation_hash(messages[:n]) for each n >= start in lengths, in one pass over
+    messages[start:]; `start_hash` is conversation_hash(messages[:start]) ("" for none)."""
+    running = bytes.fromhex(start_hash)
+    digests = {start: start_hash} if start in lengths else {}
+    last = max(lengths, default=start)
+    for length in range(start + 1, min(last, len(messages)) + 1):
+        message = orjson.dumps(canonical_message(messages[length - 1]))
+        running = hashlib.sha256(running + message).digest()
         if length in lengths:
-            prefix = running.copy()
-            prefix.update(b"]")
-            digests[length] = prefix.hexdigest()
-        if length < len(messages):
-            running.update(
-                (b"," if length else b"") + orjson.dumps(canonical_message(messages[length]))
-            )
+            digests[length] = running.hex()
     return digests
 
 

@@ -9,6 +9,7 @@ has been quiet for GATEWAY_QUIET_SECONDS, `settle_trace` packs the segments into
 triage and embedding run once.
 """
 
+import hashlib
 import time
 import uuid
 import zlib
@@ -91,24 +92,22 @@ def _response_message(response: dict | None) -> dict | None:
 
 def _request_messages(request: dict) -> list[dict] | None:
     messages = request.get("messages")
-    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+    # Parsed JSON: objects are exactly dict; the check runs in C (long histories).
+    if isinstance(messages, list) and set(map(type, messages)) <= {dict}:
         return messages
     return None
 
 
 def _find_trace(
     *, call: RecordedCall, messages: list[dict], conversation: list[dict]
-) -> tuple[Trace | None, dict[int, str]]:
-    """The trace the call continues, and the conversation's hashes at the lengths that matter
-    (the trace's length and the whole conversation)."""
+) -> tuple[Trace | None, dict[int, str] | None]:
+    """The trace the call continues. Found by prefix merging, also the conversation's hashes at
+    every length that ends in an assistant turn and at its end."""
     traces = Trace.objects.select_for_update().defer("body").filter(project_id=call.project_id)
-    end = len(conversation)
     if call.trace_id_header:
-        trace = traces.filter(external_id=call.trace_id_header).first()
-        lengths = {end} | ({trace.message_count} if trace else set())
-        return trace, prefix_digests(conversation, lengths)
+        return traces.filter(external_id=call.trace_id_header).first(), None
     ends = assistant_ends(messages)
-    digests = prefix_digests(conversation, ends | {end})
+    digests = prefix_digests(conversation, ends | {len(conversation)})
     lengths = {digests[length]: length for length in ends}
     if not lengths:
         return None, digests
@@ -124,6 +123,41 @@ def _find_trace(
     # The longest conversation this call extends is the one it continues.
     trace = max(candidates, key=lambda trace: lengths[trace.tail_hash], default=None)
     return trace, digests
+
+
+def _extension_digests(
+    trace: Trace, recording: dict, messages: list[dict], conversation: list[dict]
+) -> tuple[dict[int, str], dict]:
+    """The conversation's hashes at the trace's length, the request's and its own, and the
+    request's fingerprint for the next call.
+
+    A harness re-sends its history unchanged: when the request's JSON starts with the previous
+    request's messages byte for byte (the fingerprint: their count, JSON length, sha256 and
+    conversation hash), only the messages after them are canonicalised and hashed, so the
+    cost of a long history is one serialisation and one sha256 over it, in C.
+    """
+    lengths = {trace.message_count, len(messages), len(conversation)}
+    raw = orjson.dumps(messages)
+    view = memoryview(raw)[:-1]  # without the closing "]"
+    sent = recording.get("sent")
+    digests = None
+    if sent and trace.message_count >= sent["count"] and len(raw) >= sent["bytes"]:
+        running = hashlib.sha256(view[: sent["bytes"] - 1])
+        if raw[sent["bytes"] - 1] in b",]" and running.hexdigest() == sent["raw"]:
+            digests = prefix_digests(
+                conversation, lengths, start=sent["count"], start_hash=sent["hash"]
+            )
+            running.update(view[sent["bytes"] - 1 :])
+    if digests is None:
+        digests = prefix_digests(conversation, lengths)
+        running = hashlib.sha256(view)
+    fingerprint = {
+        "count": len(messages),
+        "bytes": len(raw),
+        "raw": running.hexdigest(),
+        "hash": digests[len(messages)],
+    }
+    return digests, fingerprint
 
 
 def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
@@ -191,7 +225,6 @@ def _call_row(call: RecordedCall) -> ModelCall:
         adapter_version=call.adapter_version,
         upstream_url=call.upstream_url,
         stream=call.stream,
-        request=ModelCall.pack(call.request),
         response=ModelCall.pack(call.response) if call.response is not None else None,
         status_code=call.status_code,
         termination=call.termination,
@@ -230,6 +263,7 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     batch.calls.append(row)
     messages = _request_messages(call.request)
     if messages is None:
+        row.request = ModelCall.pack(call.request)
         return
     answer = _response_message(call.response)
     conversation = messages + ([answer] if answer else [])
@@ -243,7 +277,13 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
             body=b"",
             recording={"tools": [], "error_chars": 0},
         )
-    recording = dict(trace.recording or {}) if "tools" in (trace.recording or {}) else None
+    recording = dict(trace.recording or {})
+    if trace.pk is not None and "tools" not in recording:
+        batch.flush_segments()
+        recording = _adopt(trace)
+    fingerprint = None
+    if digests is None:
+        digests, fingerprint = _extension_digests(trace, recording, messages, conversation)
     stored_count = trace.message_count
     if trace.pk is None or digests.get(stored_count) == trace.tail_hash:
         shared = stored_count  # the call extends the trace: its first messages are the trace
@@ -253,9 +293,6 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
         stored = trace.body_json()["messages"]
         shared = common_prefix_length(stored, conversation)
         tail_hash = conversation_hash(stored + conversation[shared:])
-    if recording is None:
-        batch.flush_segments()
-        recording = _adopt(trace)
     added = conversation[shared:]
 
     tools = _merge_tools(recording["tools"], call.request.get("tools"))
@@ -264,6 +301,8 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     if isinstance(incoming_tools, list) and incoming_tools == tools[: len(incoming_tools)]:
         row.request_tools_prefix = len(incoming_tools)
     row.request_prefix = len(messages) if shared == stored_count else shared
+    if fingerprint and row.request_prefix == len(messages):
+        recording["sent"] = fingerprint  # every message it sent is the trace's, in place
     residual = {key: value for key, value in call.request.items() if key != "messages"}
     if row.request_tools_prefix is not None:
         del residual["tools"]
@@ -273,6 +312,7 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
 
     if added:
         recording["segments"] = recording.get("segments", 0) + 1
+    before = (trace.search_text, trace.preview)
     trace.search_text, recording["error_chars"] = _extend_search_text(
         trace.search_text, recording.get("error_chars", 0), added
     )
@@ -290,7 +330,11 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     if trace.pk is None:
         trace.save()
     else:
-        trace.save(update_fields=_UPDATED_FIELDS)
+        # Unchanged long text is not sent: PostgreSQL would store (TOAST) it again.
+        unchanged = (
+            {"search_text", "preview"} if before == (trace.search_text, trace.preview) else set()
+        )
+        trace.save(update_fields=[name for name in _UPDATED_FIELDS if name not in unchanged])
     if settle:
         batch.to_settle.add(trace.pk)
     if added:

@@ -1,6 +1,8 @@
 """Long gateway episodes: each message stored once, requests by reference, summaries kept
 incrementally, the body packed and the trace triaged once the episode goes quiet."""
 
+import hashlib
+import importlib
 import random
 import string
 import threading
@@ -14,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from reviewapp import tasks
+from reviewapp.gateway.conversation import canonical_message
 from reviewapp.gateway.recorder import CallRecorder
 from reviewapp.models import ModelCall, Trace, TraceSegment
 from reviewapp.services import calls, ingest
@@ -201,6 +204,34 @@ def test_a_call_that_rewrites_history_appends_as_before_and_keeps_its_request(pr
 
 
 @pytest.mark.django_db
+def test_an_answer_re_sent_with_cosmetic_changes_is_not_stored_again(project, settles):
+    messages = [{"role": "user", "content": "Go."}]
+    for turn in range(4):
+        record_model_call(call_of(project, messages, answer(turn), trace_id="t"))
+        # The harness's copy of the answer: content "" for null, an extra key.
+        resent = {**answer(turn), "content": "", "refusal": None}
+        messages = [*messages, resent, {"role": "tool", "tool_call_id": f"call-{turn}",
+                                        "content": f"result {turn}"}]  # fmt: skip
+
+    stored = Trace.objects.get().body_json()["messages"]
+    assert len(stored) == 1 + 4 * 2 - 1
+    assert stored[1] == answer(0)  # the trace keeps the answer as the model gave it
+    assert all(call.request_prefix == 1 + 2 * i for i, call in enumerate(
+        ModelCall.objects.order_by("id")))  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_an_earlier_message_edited_in_place_is_noticed(project, settles):
+    messages, _ = run_episode(project, 5, trace_id="t")
+    edited = [dict(message) for message in messages]
+    edited[1]["content"] = "Fix the failing test, and be quick."  # same length of history
+    record_model_call(call_of(project, edited, answer(9), trace_id="t"))
+
+    stored = Trace.objects.get().body_json()["messages"]
+    assert stored == [*messages, *edited[1:], answer(9)]  # appended after, as before
+
+
+@pytest.mark.django_db
 def test_a_new_tool_joins_the_trace_and_each_call_keeps_the_tools_it_sent(project, settles):
     messages = [{"role": "user", "content": "Go."}]
     record_model_call(call_of(project, messages, answer(0), trace_id="t"))
@@ -293,3 +324,30 @@ def test_the_recorder_writes_what_queued_up_and_skips_only_a_call_it_cannot_stor
     assert recorder.wait_until_idle(10)
     assert ModelCall.objects.count() == 5
     assert Trace.objects.get().message_count == 6
+
+
+@pytest.mark.django_db
+def test_a_trace_recorded_before_segments_is_continued_by_the_next_call(project, settles):
+    """Stored whole, with the old tail hash and no bookkeeping: the upgrade's migration rehashes
+    it, and the next call (no header: prefix merging) joins it and appends only its news."""
+    from django.apps import apps
+
+    rehash = importlib.import_module("reviewapp.migrations.0019_gateway_chain_tail_hash")
+    messages = [{"role": "user", "content": "Go."}, answer(0)]
+    old_hash = hashlib.sha256(orjson.dumps([canonical_message(m) for m in messages])).hexdigest()
+    trace = Trace.objects.create(
+        project=project, external_id="gw-old", source="gateway", model="agent",
+        body=Trace.pack_body(messages=messages, tools=TOOLS), content_hash=old_hash,
+        tail_hash=old_hash, message_count=2, tool_call_count=1, preview="Go.",
+        search_text=search_text(messages), updated_at=timezone.now(),
+    )  # fmt: skip
+    rehash.rehash_recent_gateway_traces(apps, None)
+
+    following = [*messages, {"role": "tool", "tool_call_id": "call-0", "content": "Error: no"}]
+    record_model_call(call_of(project, following, answer(1)))
+
+    trace.refresh_from_db()
+    assert Trace.objects.count() == 1
+    assert trace.body_json() == {"messages": [*following, answer(1)], "tools": TOOLS}
+    assert trace.search_text == search_text([*following, answer(1)])
+    assert ModelCall.objects.get().request_json()["messages"] == following
