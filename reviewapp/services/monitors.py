@@ -12,8 +12,9 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from django.db import connection, transaction
-from django.db.models import Count, Min, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncHour
+from django.db.models import Count, IntegerField, Min, Q, QuerySet, Sum
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, TruncDay, TruncHour
 from django.urls import reverse
 
 from reviewapp.filters import BASE_ADAPTER
@@ -170,19 +171,27 @@ def _add_row(group: GroupStats, row: dict) -> None:
     group.tokens_reported += row["tokens_reported"]
     group.reward_total += row["reward_total"] or 0.0
     group.rewarded += row["rewarded"]
-    group.tool_results += row["tool_results"] or 0
-    group.tool_errors += row["tool_errors"] or 0
+    group.tool_results += row["tool_result_sum"] or 0
+    group.tool_errors += row["tool_error_sum"] or 0
     group.answers += row["answers"] or 0
     group.answer_words += row["answer_words"] or 0
     group.truncated_replies += row["truncated_replies"] or 0
 
 
-def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[GroupStats]]:
+def _grouped(
+    traces: QuerySet[Trace], trunc, tool_names: list[str]
+) -> tuple[list[GroupStats], list[GroupStats]]:
     """Versions and (version, bucket) groups from one grouped query, plus one for feedback.
 
     Grouping by termination as well keeps the query to plain sums (no per-row FILTER or
     EXISTS); feedback is counted from its own table, which holds a few rows per trace at most.
+    The results of each tool in `tool_names` are summed by name in the same pass (versions
+    only): reading a key of the JSON costs next to nothing beside a row per key.
     """
+    per_tool = {
+        f"tool_{index}": Sum(Cast(KeyTextTransform(name, "tool_results"), IntegerField()))
+        for index, name in enumerate(tool_names)
+    }
     rows = (
         traces.annotate(bucket=trunc("received_at"))
         .values("model", "adapter_version", "bucket", "termination")
@@ -196,11 +205,12 @@ def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[Gro
             tokens_reported=Count("completion_tokens"),
             reward_total=Sum("reward"),
             rewarded=Count("reward"),
-            tool_results=Sum("tool_result_count"),
-            tool_errors=Sum("tool_error_count"),
+            tool_result_sum=Sum("tool_result_count"),
+            tool_error_sum=Sum("tool_error_count"),
             answers=Sum("answer_count"),
             answer_words=Sum("answer_words"),
             truncated_replies=Sum("truncated_replies"),
+            **per_tool,
         )
     )
     series: dict[tuple, GroupStats] = {}
@@ -209,7 +219,11 @@ def _grouped(traces: QuerySet[Trace], trunc) -> tuple[list[GroupStats], list[Gro
         version = Version(row["model"], row["adapter_version"])
         key = (version, row["bucket"])
         _add_row(series.setdefault(key, GroupStats(version, row["bucket"])), row)
-        _add_row(versions.setdefault(version, GroupStats(version, None)), row)
+        group = versions.setdefault(version, GroupStats(version, None))
+        _add_row(group, row)
+        for index, name in enumerate(tool_names):
+            if row[f"tool_{index}"]:
+                group.tools[name].calls += row[f"tool_{index}"]
     feedback = (
         Feedback.objects.filter(trace__in=traces)
         .annotate(bucket=trunc("trace__received_at"))
@@ -249,12 +263,13 @@ _NEWEST_FAILING = """
 """
 
 
-def _tool_rows(traces: QuerySet[Trace], column: str, statement: str, *params) -> list[tuple]:
-    """Run `statement` over these traces' (id, version, `column`), one row per tool key."""
-    count_column = {"tool_results": "tool_result_count", "tool_errors": "tool_error_count"}
-    subset = traces.filter(**{f"{count_column[column]}__gt": 0}).values(
-        "id", "model", "adapter_version", column
-    )
+_TOOL_KEYS = "SELECT DISTINCT tool.key FROM ({traces}) AS facts CROSS JOIN {each}"
+NAMED_TOOLS_MAX = 32  # tools summed by name in the grouped query; past it, a pass per JSON key
+NEWEST_TRACES_FOR_NAMES = 2000  # the tools these traces called are summed by name
+
+
+def _json_rows(subset: QuerySet, column: str, statement: str, *params) -> list[tuple]:
+    """Run `statement` over `subset`'s rows, one row per key of their JSON `column`."""
     inner, inner_params = subset.query.sql_with_params()
     each = _JSON_EACH[connection.vendor].format(column=connection.ops.quote_name(column))
     with connection.cursor() as cursor:
@@ -262,14 +277,48 @@ def _tool_rows(traces: QuerySet[Trace], column: str, statement: str, *params) ->
         return cursor.fetchall()
 
 
-def _fill_tools(traces: QuerySet[Trace], versions: list[GroupStats]) -> None:
-    """Each version's results, errors and newest failing traces per tool, over every trace."""
+def _failing_tools(traces: QuerySet[Trace]) -> tuple[list[tuple], list[tuple]]:
+    """Errors per version and tool, and the newest failing traces, from the failing traces."""
+    failing = traces.filter(tool_error_count__gt=0).values(
+        "id", "model", "adapter_version", "tool_errors"
+    )
+    totals = _json_rows(failing, "tool_errors", _TOOL_TOTALS)
+    newest = _json_rows(failing, "tool_errors", _NEWEST_FAILING, EXAMPLES_KEPT)
+    return totals, newest
+
+
+def _likely_tool_names(traces: QuerySet[Trace], failing: list[tuple]) -> list[str]:
+    """Every tool that failed, and those the newest traces called; `_fill_tools` checks that
+    they are all there are."""
+    newest = (
+        traces.filter(tool_result_count__gt=0)
+        .order_by("-id")
+        .values("id", "model", "adapter_version", "tool_results")[:NEWEST_TRACES_FOR_NAMES]
+    )
+    names = {name for (name,) in _json_rows(newest, "tool_results", _TOOL_KEYS)}
+    names |= {name for _, _, name, _ in failing}
+    return sorted(names) if len(names) <= NAMED_TOOLS_MAX else []
+
+
+def _fill_tools(
+    traces: QuerySet[Trace], versions: list[GroupStats], failing: list[tuple], newest: list[tuple]
+) -> None:
+    """Each version's results (exact: recounted per JSON key unless the named tools account
+    for all of them), errors and newest failing traces per tool."""
     by_version = {group.version: group for group in versions}
-    for model, adapter_version, name, total in _tool_rows(traces, "tool_results", _TOOL_TOTALS):
-        by_version[Version(model, adapter_version)].tools[name].calls = int(total)
-    for model, adapter_version, name, total in _tool_rows(traces, "tool_errors", _TOOL_TOTALS):
+    if any(sum(tool.calls for tool in group.tools.values()) != group.tool_results
+           for group in versions):  # fmt: skip
+        results = traces.filter(tool_result_count__gt=0).values(
+            "id", "model", "adapter_version", "tool_results"
+        )
+        for group in versions:
+            group.tools.clear()
+        for model, adapter_version, name, total in _json_rows(
+            results, "tool_results", _TOOL_TOTALS
+        ):
+            by_version[Version(model, adapter_version)].tools[name].calls = int(total)
+    for model, adapter_version, name, total in failing:
         by_version[Version(model, adapter_version)].tools[name].errors = int(total)
-    newest = _tool_rows(traces, "tool_errors", _NEWEST_FAILING, EXAMPLES_KEPT)
     for model, adapter_version, name, trace_id in sorted(newest, key=lambda row: row[3]):
         by_version[Version(model, adapter_version)].tools[name].error_examples.append(trace_id)
 
@@ -285,9 +334,13 @@ def compute_monitor(
     traces = traces.order_by()
     with transaction.atomic():
         _without_jit()
-        versions, series = _grouped(traces, trunc)
+        failing, newest, names = [], [], []
+        if per_tool:
+            failing, newest = _failing_tools(traces)
+            names = _likely_tool_names(traces, failing)
+        versions, series = _grouped(traces, trunc, names)
         if per_tool and versions:
-            _fill_tools(traces, versions)
+            _fill_tools(traces, versions, failing, newest)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 

@@ -5,6 +5,7 @@ import statistics
 import pytest
 
 from reviewapp.models import Trace
+from reviewapp.services import monitors
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.monitors import Version, compute_monitor, evidence_url
@@ -150,3 +151,17 @@ def test_evidence_url_keeps_the_page_filters_and_selects_the_version(project):
         project, {"since": "2026-01-01"}, **Version("m", "").trace_filters(), termination="timeout"
     )
     assert url == "/p/acme/traces/?since=2026-01-01&adapter=base&model=m&termination=timeout"
+
+
+def test_a_tool_only_old_traces_called_is_still_counted(project, monkeypatch):
+    """Tools are summed by name when the newest traces or the failures name them all; a tool
+    neither names is found by recounting every JSON key, so the figures stay exact."""
+    monkeypatch.setattr(monitors, "NEWEST_TRACES_FOR_NAMES", 1)
+    _bulk_traces(project, 10, adapter_version="acme-v1", failing_every=3)
+    Trace.objects.filter(external_id="acme-v1-1").update(
+        tool_results={"archive": 4}, tool_result_count=4
+    )
+    [group] = compute_monitor(traces=Trace.objects.filter(project=project)).versions
+    assert group.tools["archive"].calls == 4
+    assert (group.tools["lookup"].calls, group.tools["lookup"].errors) == (9, 4)
+    assert group.tools["ship"].calls == 9
