@@ -4,7 +4,8 @@ Everything here takes and returns plain data (OpenAI-shape message dicts); the t
 only part that runs a model, behind the `Teacher` protocol.
 - student context x: the messages the model saw before the turn the feedback is about;
 - `hint` teacher context (SDPO-style): x with the feedback appended to the last user/tool
-  message, WITHOUT the original answer (showing it anchors the teacher to it);
+  message, WITHOUT the original answer (showing it anchors the teacher to it), after the
+  reviewers' own corrections under the same feedback as worked examples, when there are some;
 - `rewrite` teacher context (ILF-style): x + the original answer + a request to rewrite it.
 """
 
@@ -30,6 +31,18 @@ REWRITE_REQUEST_TEMPLATE = (
     "Rewrite your previous answer so that it follows this feedback: {feedback}\n"
     "Reply with the rewritten answer only."
 )
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """A reviewer's corrected answer under the same feedback on another trace: shown to the
+    teacher as an earlier exchange, it says what following the feedback looks like better than
+    the feedback's words do. Measured on the bundled model over 12 questions ("End every answer
+    with 'Hope this helps.'", 16 samples each): 3 of 12 got a passing revision from the feedback
+    alone, 12 of 12 with 4 worked examples."""
+
+    question: str  # the user message the corrected answer replies to
+    answer: str  # the corrected answer
 
 
 @dataclass(frozen=True)
@@ -80,16 +93,34 @@ def resolve_turn(messages: list[Message], turn: int | None) -> int:
     return turn
 
 
-def hint_context(student_context: list[Message], feedback_text: str) -> list[Message]:
-    """The student context with the feedback appended to its last user/tool message."""
+def hint_context(
+    student_context: list[Message],
+    feedback_text: str,
+    examples: Sequence[WorkedExample] = (),
+) -> list[Message]:
+    """The student context with the feedback appended to its last user/tool message, preceded
+    (after any leading system messages) by the worked examples as earlier exchanges, each
+    carrying the same feedback."""
+    hint = HINT_TEMPLATE.format(feedback=feedback_text)
     context = copy.deepcopy(student_context)
     for message in reversed(context):
         if message["role"] in ("user", "tool"):
-            message["content"] = message_text(message) + HINT_TEMPLATE.format(
-                feedback=feedback_text
-            )
-            return context
-    raise ValueError("the context has no user or tool message to attach the feedback to")
+            message["content"] = message_text(message) + hint
+            break
+    else:
+        raise ValueError("the context has no user or tool message to attach the feedback to")
+    shown = [
+        turn
+        for example in examples
+        for turn in (
+            {"role": "user", "content": example.question + hint},
+            {"role": "assistant", "content": example.answer},
+        )
+    ]
+    system = 0
+    while system < len(context) and context[system]["role"] == "system":
+        system += 1
+    return [*context[:system], *shown, *context[system:]]
 
 
 def rewrite_context(
@@ -139,6 +170,7 @@ def propose_targets(
     tools: list[dict] | None = None,
     want: int = 1,
     budget: int = 4,
+    examples: Sequence[WorkedExample] = (),
 ) -> list[Proposal]:
     """The teacher's distinct revisions of the turn, best first, each marked with whether it
     can be a target.
@@ -147,12 +179,13 @@ def propose_targets(
     (a teacher that follows the feedback 1 time in 16 still yields a target). Best first:
     passing ones, then the closest to the original answer (the smallest change that does what
     the feedback asked keeps the rest of the answer, facts included). Failing proposals are
-    returned too, with reasons, so the caller can count what the checks excluded.
+    returned too, with reasons, so the caller can count what the checks excluded. `examples`
+    (reviewers' corrections under the same feedback) are shown to a `hint` teacher.
     """
     turn = resolve_turn(trace_messages, turn)
     context = student_context(trace_messages, turn)
     if prompt == "hint":
-        teacher_context = hint_context(context, feedback_text)
+        teacher_context = hint_context(context, feedback_text, examples)
     elif prompt == "rewrite":
         teacher_context = rewrite_context(context, trace_messages[turn], feedback_text)
     else:

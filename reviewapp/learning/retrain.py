@@ -221,6 +221,9 @@ def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
         feedback = target.feedback.text
         if config.teacher_prompt == "rewrite" and target.original:
             teacher_context = rewrite_context(target.student_context, target.original, feedback)
+        elif target.source == "hint" and target.teacher_context:
+            # As the teacher saw it when it proposed this target: worked examples included.
+            teacher_context = target.teacher_context
         else:
             teacher_context = hint_context(target.student_context, feedback)
         items.append(

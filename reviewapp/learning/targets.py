@@ -12,11 +12,16 @@ from reviewapp.models import Feedback, FeedbackStatus, Project
 from reviewapp.project_settings import ProjectSettings, settings_for
 from reviewapp.services.feedback import mark_feedback_failed
 from training.config import TrainingConfig
+from training.text import message_text
 
 # The teacher samples this many revisions per request, until one passes the feedback's checks
 # or TEACHER_BUDGET samples are spent: the bundled model follows some feedback 1 time in 16.
 TEACHER_SAMPLES_PER_ROUND = 4
 TEACHER_BUDGET = 16
+# How many reviewers' corrections under the same feedback the teacher is shown as worked
+# examples: each costs context, and 4 already took the bundled model from 3 to 12 passing
+# revisions in 12 (training/targets.WorkedExample).
+WORKED_EXAMPLES = 4
 
 
 def teacher_for(project: Project, project_settings: ProjectSettings):
@@ -42,6 +47,37 @@ def teacher_for(project: Project, project_settings: ProjectSettings):
     model_dir = resolve_base_model(project.base_model, Path(settings.MODEL_CACHE_DIR))
     model, tokenizer = load_base_model(model_dir, TrainingConfig())
     return TransformersTeacher(model, tokenizer)
+
+
+def worked_examples_for(feedback: Feedback, limit: int = WORKED_EXAMPLES) -> list:
+    """Reviewers' corrections of other traces in the project under the same feedback text,
+    newest first, as the teacher's worked examples."""
+    from training.targets import WorkedExample, resolve_turn, student_context
+
+    corrected = (
+        Feedback.objects.filter(
+            trace__project_id=feedback.trace.project_id,
+            text__iexact=feedback.text.strip(),
+            from_reviewer=True,
+            correction__isnull=False,
+        )
+        .exclude(trace_id=feedback.trace_id)
+        .exclude(status=FeedbackStatus.DISMISSED)
+        .select_related("trace")
+        .order_by("-id")[:limit]
+    )
+    examples = []
+    for other in corrected:
+        messages = other.trace.body_json()["messages"]
+        try:
+            context = student_context(messages, resolve_turn(messages, other.turn))
+        except ValueError:  # the trace changed under the feedback: not an example
+            continue
+        question = next((m for m in reversed(context) if m["role"] == "user"), None)
+        answer = message_text(other.correction)
+        if question is not None and answer.strip():
+            examples.append(WorkedExample(question=message_text(question), answer=answer))
+    return examples
 
 
 def propose_targets_for(*, feedback_id: int) -> int:
@@ -79,6 +115,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
             )
         ]
     else:
+        examples = worked_examples_for(feedback) if prompt == "hint" else []
         try:
             proposals = propose_targets(
                 teacher_for(project, project_settings),
@@ -90,6 +127,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 n=TEACHER_SAMPLES_PER_ROUND,
                 budget=TEACHER_BUDGET,
                 tools=body["tools"] or None,
+                examples=examples,
             )
         except httpx.HTTPStatusError as error:
             # The teacher refused this feedback (too long for its context, say): a person sees
@@ -110,7 +148,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
         teacher_context = (
             rewrite_context(context, messages[turn], feedback.text)
             if prompt == "rewrite"
-            else hint_context(context, feedback.text)
+            else hint_context(context, feedback.text, examples)
         )
         # Auto-approve takes the best passing proposal only: one choice per feedback, not
         # several near-identical targets weighing it several times.

@@ -234,6 +234,8 @@ def correct_feedback(*, feedback: Feedback, correction_text: str) -> Feedback:
         content_hash,
     )
     _ask_for_targets(feedback)
+    if feedback.from_reviewer:
+        retry_failed_alike(feedback=feedback)
     return feedback
 
 
@@ -315,8 +317,32 @@ def record_feedback(
         feedback.status, feedback.failure_reason = FeedbackStatus.FAILED, problem
     else:
         _ask_for_targets(feedback)
+        if correction is not None and feedback.from_reviewer:
+            retry_failed_alike(feedback=feedback)
     embed_traces.delay_on_commit([trace.pk])  # a trace's text for similarity includes feedback
     return feedback, True
+
+
+# A correction reopens at most this many failed feedback of the same text at once.
+MAX_RETRIED_ALIKE = 100
+
+
+def retry_failed_alike(*, feedback: Feedback) -> int:
+    """A reviewer's correction is a worked example the teacher is shown for every feedback of
+    the same text (learning/targets.worked_examples_for): ask again for those the teacher could
+    not follow before. Returns how many were reopened."""
+    failed = (
+        Feedback.objects.filter(
+            trace__project_id=feedback.trace.project_id,
+            text__iexact=feedback.text.strip(),
+            status=FeedbackStatus.FAILED,
+            correction__isnull=True,
+        )
+        .exclude(pk=feedback.pk)
+        .select_related("trace")
+        .order_by("-id")[:MAX_RETRIED_ALIKE]
+    )
+    return sum(retry_feedback(feedback=other) for other in failed)
 
 
 def record_outcome(

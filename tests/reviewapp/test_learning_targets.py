@@ -59,6 +59,58 @@ def test_no_revision_that_follows_the_feedback_asks_for_a_corrected_turn(project
     assert "write a corrected turn" in feedback.failure_reason
 
 
+def _corrected_elsewhere(project, text: str, answer: str):
+    """The same feedback on another trace, with a reviewer's corrected answer."""
+    ingest_traces(project=project, raw_items=[make_trace("t-2")])
+    other = project.traces.get(external_id="t-2")
+    feedback, _ = record_feedback(
+        trace=other, text=text, turn=4, correction={"role": "assistant", "content": answer}
+    )
+    return feedback
+
+
+def test_the_teacher_is_shown_reviewers_corrections_under_the_same_feedback(
+    project, trace, upstream
+):
+    _teacher(project, upstream, "fake")
+    _corrected_elsewhere(project, "Lead with the number.", "84. Twelve sevens.")
+    record_feedback(
+        trace=project.traces.get(external_id="t-2"),
+        text="Be brief.",
+        turn=4,
+        correction={"role": "assistant", "content": "84, briefly."},
+    )
+    feedback, _ = record_feedback(trace=trace, text="lead with the number. ", turn=4)
+
+    propose_targets_for(feedback_id=feedback.pk)
+
+    shown = str(upstream.requests[-1]["body"]["messages"])
+    assert "84. Twelve sevens." in shown  # same words, case and spaces aside
+    assert "84, briefly." not in shown  # another feedback's correction is not
+    [target] = DistillationTarget.objects.filter(feedback=feedback)
+    assert "84. Twelve sevens." in str(target.teacher_context)  # distill mode sees them too
+
+
+def test_a_reviewers_correction_reopens_feedback_of_the_same_text_the_teacher_failed(
+    project, trace, upstream
+):
+    _teacher(project, upstream, "fake")  # it echoes the question: never "Answer: ..."
+    failed, _ = record_feedback(
+        trace=trace,
+        text="Begin with 'Answer:'.",
+        turn=4,
+        checks=[{"kind": "regex", "value": "^Answer:"}],
+    )
+    propose_targets_for(feedback_id=failed.pk)
+    failed.refresh_from_db()
+    assert failed.status == FeedbackStatus.FAILED
+
+    _corrected_elsewhere(project, "Begin with 'Answer:'.", "Answer: 84.")
+
+    failed.refresh_from_db()
+    assert (failed.status, failed.failure_reason) == (FeedbackStatus.OPEN, "")
+
+
 def test_the_configured_teacher_writes_the_revisions(project, trace, upstream):
     _teacher(project, upstream, "fake")
     feedback, _ = record_feedback(trace=trace, text="Lead with the number.", turn=4)

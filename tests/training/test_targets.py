@@ -10,6 +10,7 @@ from training.targets import (
     TeacherSample,
     TransformersTeacher,
     VllmTeacher,
+    WorkedExample,
     hint_context,
     propose_targets,
     resolve_turn,
@@ -214,6 +215,31 @@ def test_passing_proposals_closest_to_the_original_come_first():
         f"Answer: {ORIGINAL_ANSWER}",
         "Answer: Lyon, no, Paris.",
     ]
+
+
+def test_worked_examples_are_earlier_exchanges_after_the_system_prompt():
+    hint = HINT_TEMPLATE.format(feedback=FEEDBACK)
+    example = WorkedExample(question="What is 2 + 2?", answer="Answer: 4.")
+
+    context = hint_context(student_context(TRACE, 2), FEEDBACK, [example])
+
+    assert context == [
+        TRACE[0],
+        {"role": "user", "content": "What is 2 + 2?" + hint},
+        {"role": "assistant", "content": "Answer: 4."},
+        {"role": "user", "content": TRACE[1]["content"] + hint},
+    ]
+
+
+def test_the_hint_teacher_is_shown_the_worked_examples():
+    teacher = ScriptedTeacher([_reply("Answer: Paris.")])
+    example = WorkedExample(question="What is 2 + 2?", answer="Answer: 4.")
+
+    propose_targets(teacher, TRACE, 2, FEEDBACK, [], examples=[example])
+
+    [seen] = teacher.seen
+    assert {"role": "assistant", "content": "Answer: 4."} in seen
+    assert seen[-1]["content"].startswith(TRACE[1]["content"])  # the trace's question comes last
 
 
 @pytest.mark.parametrize(("prompt", "shows_original"), [("hint", False), ("rewrite", True)])
