@@ -10,8 +10,8 @@ For each kind of feedback (form, length, ending, tone, content, format), as a te
   gets the same written feedback with a machine check; 4 of the 16 also get a corrected answer
   (written from the original answer, as a reviewer would);
 - targets as the worker makes them: corrections as they are, the teacher (the base model shown
-  the feedback) sampled until a revision passes the check or 16 samples are spent, the best
-  passing one approved ("checks pass" auto-approve);
+  the feedback, after the 4 corrections as worked examples) sampled until a revision passes the
+  check or 16 samples are spent, the best passing one approved ("checks pass" auto-approve);
 - one run with default settings (TrainingConfig()), the forgetting guard's replay set included,
   then the gate as the worker runs it (training/evaluation.py + training/gate.py) on the final
   adapter (the worker would also try an earlier checkpoint when the final one fails);
@@ -46,7 +46,7 @@ from training.evaluation import evaluate_adapter
 from training.gate import GateThresholds, gate_decision
 from training.replay import base_replay_examples
 from training.sampling import generate_replies
-from training.targets import TransformersTeacher, hint_context, propose_targets
+from training.targets import TransformersTeacher, WorkedExample, hint_context, propose_targets
 from training.trainer import Example, add_lora, load_base_model, train
 
 TRAIN_QUESTIONS = (
@@ -165,8 +165,14 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
     started = time.monotonic()
     originals = greedy(base, tokenizer, [user(q) for q in TRAIN_QUESTIONS])
 
-    # Targets: 4 corrections, the teacher for the other 12 (best passing proposal, if any).
+    # Targets: 4 corrections, the teacher for the other 12 (best passing proposal, if any),
+    # shown the corrections as worked examples, as the worker shows a project's corrections
+    # under the same feedback.
     teacher = TransformersTeacher(base, tokenizer)
+    worked = [
+        WorkedExample(question=question, answer=kind.correct(original))
+        for question, original in zip(TRAIN_QUESTIONS[:4], originals[:4], strict=True)
+    ]
     examples, teacher_passed = [], 0
     for index, (question, original) in enumerate(zip(TRAIN_QUESTIONS, originals, strict=True)):
         if index < 4:
@@ -182,6 +188,7 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
             n=4,
             budget=16,
             max_tokens=MAX_ANSWER_TOKENS,
+            examples=worked,
         )
         if proposals and proposals[0].passes_checks:
             teacher_passed += 1
