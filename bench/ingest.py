@@ -608,7 +608,7 @@ def report(
         ("validation (parse_trace_item)", median["validate"]),
         ("content hash + compress body", median["hash_and_pack"]),
         ("SQL statements (wall includes PostgreSQL)", median["sql"]),
-        ("rest of ingest_traces (ORM rows, preview)", rest_of_service),
+        ("rest of ingest_traces (rows, facts, COPY)", rest_of_service),
         ("Django, ninja, middleware, auth, response", median["handler_gc_off"] - service_work),
         (
             "garbage collector: the request's objects",
