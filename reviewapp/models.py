@@ -135,6 +135,10 @@ class Trace(models.Model):
     content_hash = models.CharField(max_length=64)
     # Gateway traces: hash of the conversation so far, so a call extending it joins this trace.
     tail_hash = models.CharField(max_length=64, blank=True)
+    # Gateway traces: sha256 of the JSON of the last request whose messages are all the trace's
+    # (see reviewapp.services.calls._fingerprint), so the next call finds it without hashing
+    # its whole history canonically.
+    sent_hash = models.CharField(max_length=64, blank=True)
     # The gateway recorder's bookkeeping, so a call appends without reading the body:
     # "segments": TraceSegment rows holding messages recorded since the body was last packed,
     # "tools": the trace's tool definitions (they live here while it is recorded),
@@ -170,6 +174,12 @@ class Trace(models.Model):
                 fields=["project", "tail_hash"],
                 name="trace_tail",
                 condition=~Q(tail_hash=""),
+            ),
+            # serves: the same, for a call that re-sends its history unchanged
+            models.Index(
+                fields=["project", "sent_hash"],
+                name="trace_sent",
+                condition=~Q(sent_hash=""),
             ),
         ]
 

@@ -100,64 +100,93 @@ def _request_messages(request: dict) -> list[dict] | None:
 
 def _find_trace(
     *, call: RecordedCall, messages: list[dict], conversation: list[dict]
-) -> tuple[Trace | None, dict[int, str] | None]:
-    """The trace the call continues. Found by prefix merging, also the conversation's hashes at
-    every length that ends in an assistant turn and at its end."""
+) -> tuple[Trace | None, dict[int, str], dict]:
+    """The trace the call continues (None: it starts one), the conversation's hashes at the
+    lengths that matter (the trace's length and the whole), and the request's fingerprint.
+
+    Without a trace id, the trace is the longest recent one this call's messages extend. The
+    usual case is found from the fingerprint its last call left (`Trace.sent_hash`: the
+    messages before this request's last assistant turn, as that call sent them); any other
+    by the conversation hash of every prefix that ends in an assistant turn.
+    """
     traces = Trace.objects.select_for_update().defer("body").filter(project_id=call.project_id)
+    raw = memoryview(orjson.dumps(messages))
     if call.trace_id_header:
-        return traces.filter(external_id=call.trace_id_header).first(), None
-    ends = assistant_ends(messages)
-    digests = prefix_digests(conversation, ends | {len(conversation)})
-    lengths = {digests[length]: length for length in ends}
-    if not lengths:
-        return None, digests
+        trace = traces.filter(external_id=call.trace_id_header).first()
+        return trace, *_extension_digests(trace, messages, conversation, raw)
     since = call.started_at - timedelta(seconds=settings.GATEWAY_MERGE_WINDOW_SECONDS)
-    candidates = list(
-        traces.filter(
-            source=TraceSource.GATEWAY,
-            model=call.requested_model,
-            tail_hash__in=list(lengths),
-            updated_at__gte=since,
-        )
+    recent = traces.filter(
+        source=TraceSource.GATEWAY, model=call.requested_model, updated_at__gte=since
     )
+    previous = _previous_request_hash(messages, raw)
+    if previous is not None:
+        trace = recent.filter(sent_hash=previous.hexdigest()).order_by("-updated_at").first()
+        if trace is not None:
+            digests, fingerprint = _extension_digests(trace, messages, conversation, raw, previous)
+            if digests.get(trace.message_count) == trace.tail_hash:
+                return trace, digests, fingerprint
+    ends = assistant_ends(messages)
+    digests = prefix_digests(conversation, ends | {len(messages), len(conversation)})
+    lengths = {digests[length]: length for length in ends}
+    candidates = list(recent.filter(tail_hash__in=list(lengths))) if lengths else []
     # The longest conversation this call extends is the one it continues.
     trace = max(candidates, key=lambda trace: lengths[trace.tail_hash], default=None)
-    return trace, digests
+    return trace, digests, _fingerprint(messages, raw, hashlib.sha256(raw[:-1]), digests)
 
 
-def _extension_digests(
-    trace: Trace, recording: dict, messages: list[dict], conversation: list[dict]
-) -> tuple[dict[int, str], dict]:
-    """The conversation's hashes at the trace's length, the request's and its own, and the
-    request's fingerprint for the next call.
+def _previous_request_hash(messages: list[dict], raw: memoryview):
+    """The running sha256 of the JSON of the messages before the last assistant turn (without
+    its closing "]"): the fingerprint of the call that got that turn, if the harness re-sends
+    its history unchanged. Found in `raw` (the messages' JSON) by the length of what follows."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - LAST_TURN_SCAN), -1):
+        if messages[index].get("role") == "assistant":
+            # [a, b] + [c, d] is "[a,b" + "," + "c,d]": the first part's JSON minus its "]".
+            after = len(orjson.dumps(messages[index:])) - 1
+            return hashlib.sha256(raw[: len(raw) - after - 1 if index else 1])
+    return None
 
-    A harness re-sends its history unchanged: when the request's JSON starts with the previous
-    request's messages byte for byte (the fingerprint: their count, JSON length, sha256 and
-    conversation hash), only the messages after them are canonicalised and hashed, so the
-    cost of a long history is one serialisation and one sha256 over it, in C.
-    """
-    lengths = {trace.message_count, len(messages), len(conversation)}
-    raw = orjson.dumps(messages)
-    view = memoryview(raw)[:-1]  # without the closing "]"
-    sent = recording.get("sent")
-    digests = None
-    if sent and trace.message_count >= sent["count"] and len(raw) >= sent["bytes"]:
-        running = hashlib.sha256(view[: sent["bytes"] - 1])
-        if raw[sent["bytes"] - 1] in b",]" and running.hexdigest() == sent["raw"]:
-            digests = prefix_digests(
-                conversation, lengths, start=sent["count"], start_hash=sent["hash"]
-            )
-            running.update(view[sent["bytes"] - 1 :])
-    if digests is None:
-        digests = prefix_digests(conversation, lengths)
-        running = hashlib.sha256(view)
-    fingerprint = {
+
+def _fingerprint(messages: list[dict], raw, running, digests: dict[int, str]) -> dict:
+    """What the next call checks its history against: the request's message count, JSON
+    length, sha256 of that JSON without its closing "]" and conversation hash."""
+    return {
         "count": len(messages),
         "bytes": len(raw),
         "raw": running.hexdigest(),
         "hash": digests[len(messages)],
     }
-    return digests, fingerprint
+
+
+def _extension_digests(
+    trace: Trace | None,
+    messages: list[dict],
+    conversation: list[dict],
+    raw: memoryview,
+    previous=None,
+) -> tuple[dict[int, str], dict]:
+    """The conversation's hashes at the trace's length, the request's and its own, and the
+    request's fingerprint for the next call. `raw`: the messages' JSON; `previous`: a running
+    sha256 of a prefix of it already computed (see _previous_request_hash).
+
+    A harness re-sends its history unchanged: when the request's JSON starts with the previous
+    request's messages byte for byte (the trace's fingerprint), only the messages after them
+    are canonicalised and hashed, so a long history costs one serialisation and one sha256, in
+    C, not a canonical pass.
+    """
+    stored = trace.message_count if trace else 0
+    lengths = {stored, len(messages), len(conversation)}
+    sent = (trace.recording or {}).get("sent") if trace else None
+    if sent and stored >= sent["count"] and len(raw) >= sent["bytes"]:
+        end = sent["bytes"] - 1
+        running = previous.copy() if previous else hashlib.sha256(raw[:end])
+        if raw[end] in b",]" and running.hexdigest() == sent["raw"]:
+            digests = prefix_digests(
+                conversation, lengths, start=sent["count"], start_hash=sent["hash"]
+            )
+            running.update(raw[end:-1])
+            return digests, _fingerprint(messages, raw, running, digests)
+    digests = prefix_digests(conversation, lengths)
+    return digests, _fingerprint(messages, raw, hashlib.sha256(raw[:-1]), digests)
 
 
 def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
@@ -267,7 +296,9 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
         return
     answer = _response_message(call.response)
     conversation = messages + ([answer] if answer else [])
-    trace, digests = _find_trace(call=call, messages=messages, conversation=conversation)
+    trace, digests, fingerprint = _find_trace(
+        call=call, messages=messages, conversation=conversation
+    )
     if trace is None:
         trace = Trace(
             project_id=call.project_id,
@@ -281,9 +312,6 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     if trace.pk is not None and "tools" not in recording:
         batch.flush_segments()
         recording = _adopt(trace)
-    fingerprint = None
-    if digests is None:
-        digests, fingerprint = _extension_digests(trace, recording, messages, conversation)
     stored_count = trace.message_count
     if trace.pk is None or digests.get(stored_count) == trace.tail_hash:
         shared = stored_count  # the call extends the trace: its first messages are the trace
@@ -301,8 +329,9 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     if isinstance(incoming_tools, list) and incoming_tools == tools[: len(incoming_tools)]:
         row.request_tools_prefix = len(incoming_tools)
     row.request_prefix = len(messages) if shared == stored_count else shared
-    if fingerprint and row.request_prefix == len(messages):
-        recording["sent"] = fingerprint  # every message it sent is the trace's, in place
+    if row.request_prefix == len(messages):  # every message it sent is the trace's, in place
+        recording["sent"] = fingerprint
+        trace.sent_hash = fingerprint["raw"]
     residual = {key: value for key, value in call.request.items() if key != "messages"}
     if row.request_tools_prefix is not None:
         del residual["tools"]
@@ -352,6 +381,7 @@ _UPDATED_FIELDS = [
     "search_text",
     "content_hash",
     "tail_hash",
+    "sent_hash",
     "prompt_tokens",
     "completion_tokens",
     "ended_at",

@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from reviewapp import tasks
+from reviewapp.gateway import conversation
 from reviewapp.gateway.conversation import canonical_message
 from reviewapp.gateway.recorder import CallRecorder
 from reviewapp.models import ModelCall, Trace, TraceSegment
@@ -176,6 +177,23 @@ def test_search_text_kept_incrementally_is_the_whole_conversation_s_when_cut(
     messages, _ = run_episode(project, 30)  # errors at turns 3, 10, 17, 24: 4,000 characters
 
     assert Trace.objects.get().search_text == search_text(messages)
+
+
+@pytest.mark.parametrize("trace_id", ["episode-3", ""], ids=["X-Trace-Id", "prefix merging"])
+@pytest.mark.django_db
+def test_a_late_call_canonicalises_only_its_new_messages(project, settles, monkeypatch, trace_id):
+    messages, _ = run_episode(project, 40, trace_id=trace_id)
+    canonicalised = []
+    original = conversation.canonical_message
+    monkeypatch.setattr(
+        conversation, "canonical_message", lambda m: canonicalised.append(m) or original(m)
+    )
+    following = [*messages, {"role": "user", "content": "Now the other test."}]
+    record_model_call(call_of(project, following, answer(40), trace_id=trace_id))
+
+    # The re-sent answer, the new question and the new answer: not the 79 messages before them.
+    assert len(canonicalised) <= 3
+    assert Trace.objects.get().message_count == len(following) + 1
 
 
 @pytest.mark.django_db
