@@ -4,8 +4,11 @@ Not collected on its own (no test_ prefix): these need a PostgreSQL with pgvecto
 test_similarity_pgvector.py starts one and runs this file against it.
 """
 
+import importlib
+
 import numpy as np
 import pytest
+from django.apps import apps
 from django.db import connection
 from django.db.models import Q
 
@@ -51,16 +54,49 @@ def traces_with_the_oldest_nearest(project):
     return traces
 
 
-def test_the_migration_added_the_vector_column_with_an_hnsw_cosine_index(db):
+def hnsw_index_definition() -> str | None:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'embedding_hnsw' "
             "AND tablename = 'reviewapp_traceembedding'"
         )
-        (definition,) = cursor.fetchone()
+        row = cursor.fetchone()
+    return row[0] if row else None
 
-    assert "USING hnsw (embedding vector_cosine_ops)" in definition
+
+def test_the_migration_added_the_vector_column_with_an_hnsw_cosine_index(db):
+    assert "USING hnsw (embedding vector_cosine_ops)" in hnsw_index_definition()
     assert service.vector_search_available()
+
+
+def embedding_column_exists() -> bool:
+    with connection.cursor() as cursor:
+        columns = connection.introspection.get_table_description(cursor, TraceVector._meta.db_table)
+    return "embedding" in {column.name for column in columns}
+
+
+def test_the_migration_copies_vectors_stored_before_it_into_the_column(project):
+    traces = list(store(project, [make_trace("a"), make_trace("b")]).values())
+    vectors = random_unit_vectors(2, seed=7)
+    store_vectors(traces, vectors)
+    migration = importlib.import_module("reviewapp.migrations.0016_trace_vector")
+    with connection.cursor() as cursor:
+        # The rows' foreign keys are checked now, not at the test's end: ALTER TABLE refuses
+        # to run with checks pending.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    with connection.schema_editor() as editor:
+        migration.drop_vector_column(apps, editor)
+    # The table as it was before 0016: the bytes only.
+    assert not embedding_column_exists() and hnsw_index_definition() is None
+
+    with connection.schema_editor() as editor:
+        migration.add_vector_column(apps, editor)
+
+    for trace, vector in zip(traces, vectors, strict=True):
+        np.testing.assert_allclose(
+            TraceVector.objects.get(trace_id=trace.pk).embedding, vector, rtol=1e-6
+        )
+    assert "USING hnsw (embedding vector_cosine_ops)" in hnsw_index_definition()
 
 
 def test_stored_vectors_fill_the_pgvector_column(project):
