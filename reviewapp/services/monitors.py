@@ -3,7 +3,8 @@
 Counts, rates and averages come from the trace summary columns and the per-trace facts
 (reviewapp/services/facts.py: tool results and errors per tool, answers and their words, cut
 replies), aggregated in SQL over every matching trace: exact, and no body is opened. One grouped
-query per view, plus one per tool figure (results, errors, newest failing traces per tool).
+query per view sums every column, each tool's results by name included; the errors per tool come
+from the failing traces alone, and their newest examples from the newest failing traces.
 """
 
 from collections import defaultdict
@@ -250,22 +251,10 @@ _TOOL_TOTALS = """
     FROM ({traces}) AS facts CROSS JOIN {each}
     GROUP BY facts.model, facts.adapter_version, tool.key
 """
-_NEWEST_FAILING = """
-    SELECT model, adapter_version, name, id FROM (
-        SELECT facts.model, facts.adapter_version, tool.key AS name, facts.id,
-               ROW_NUMBER() OVER (
-                   PARTITION BY facts.model, facts.adapter_version, tool.key
-                   ORDER BY facts.id DESC
-               ) AS newest
-        FROM ({traces}) AS facts CROSS JOIN {each}
-    ) AS ranked
-    WHERE newest <= %s
-"""
-
-
 _TOOL_KEYS = "SELECT DISTINCT tool.key FROM ({traces}) AS facts CROSS JOIN {each}"
 NAMED_TOOLS_MAX = 32  # tools summed by name in the grouped query; past it, a pass per JSON key
 NEWEST_TRACES_FOR_NAMES = 2000  # the tools these traces called are summed by name
+FAILING_CHUNK = 1000  # failing traces read at a time, newest first, to find the examples
 
 
 def _json_rows(subset: QuerySet, column: str, statement: str, *params) -> list[tuple]:
@@ -277,14 +266,43 @@ def _json_rows(subset: QuerySet, column: str, statement: str, *params) -> list[t
         return cursor.fetchall()
 
 
-def _failing_tools(traces: QuerySet[Trace]) -> tuple[list[tuple], list[tuple]]:
-    """Errors per version and tool, and the newest failing traces, from the failing traces."""
+def _failing_tools(traces: QuerySet[Trace]) -> list[tuple]:
+    """(model, adapter_version, tool, errors), from the traces with a failed tool call."""
     failing = traces.filter(tool_error_count__gt=0).values(
         "id", "model", "adapter_version", "tool_errors"
     )
-    totals = _json_rows(failing, "tool_errors", _TOOL_TOTALS)
-    newest = _json_rows(failing, "tool_errors", _NEWEST_FAILING, EXAMPLES_KEPT)
-    return totals, newest
+    return _json_rows(failing, "tool_errors", _TOOL_TOTALS)
+
+
+def _newest_failing(traces: QuerySet[Trace], failing: list[tuple]) -> dict[tuple, list[int]]:
+    """(version, tool) -> its newest failing trace ids, EXAMPLES_KEPT at most.
+
+    Reads the failing traces newest first, a chunk at a time, until every tool that failed has
+    its examples: usually the first chunk, and never more than the failing traces.
+    """
+    wanted = {
+        (Version(model, adapter_version), name): min(EXAMPLES_KEPT, int(total))
+        for model, adapter_version, name, total in failing
+    }
+    found: dict[tuple, list[int]] = defaultdict(list)
+    newest_first = (
+        traces.filter(tool_error_count__gt=0)
+        .order_by("-id")
+        .values_list("id", "model", "adapter_version", "tool_errors")
+    )
+    before = None
+    while any(len(found[key]) < n for key, n in wanted.items()):
+        chunk = newest_first.filter(id__lt=before) if before else newest_first
+        rows = list(chunk[:FAILING_CHUNK])
+        if not rows:
+            break
+        for trace_id, model, adapter_version, tool_errors in rows:
+            for name in tool_errors:
+                key = (Version(model, adapter_version), name)
+                if len(found[key]) < wanted.get(key, 0):
+                    found[key].append(trace_id)
+        before = rows[-1][0]
+    return found
 
 
 def _likely_tool_names(traces: QuerySet[Trace], failing: list[tuple]) -> list[str]:
@@ -300,9 +318,7 @@ def _likely_tool_names(traces: QuerySet[Trace], failing: list[tuple]) -> list[st
     return sorted(names) if len(names) <= NAMED_TOOLS_MAX else []
 
 
-def _fill_tools(
-    traces: QuerySet[Trace], versions: list[GroupStats], failing: list[tuple], newest: list[tuple]
-) -> None:
+def _fill_tools(traces: QuerySet[Trace], versions: list[GroupStats], failing: list[tuple]) -> None:
     """Each version's results (exact: recounted per JSON key unless the named tools account
     for all of them), errors and newest failing traces per tool."""
     by_version = {group.version: group for group in versions}
@@ -319,8 +335,8 @@ def _fill_tools(
             by_version[Version(model, adapter_version)].tools[name].calls = int(total)
     for model, adapter_version, name, total in failing:
         by_version[Version(model, adapter_version)].tools[name].errors = int(total)
-    for model, adapter_version, name, trace_id in sorted(newest, key=lambda row: row[3]):
-        by_version[Version(model, adapter_version)].tools[name].error_examples.append(trace_id)
+    for (version, name), trace_ids in _newest_failing(traces, failing).items():
+        by_version[version].tools[name].error_examples = sorted(trace_ids)
 
 
 def compute_monitor(
@@ -334,13 +350,13 @@ def compute_monitor(
     traces = traces.order_by()
     with transaction.atomic():
         _without_jit()
-        failing, newest, names = [], [], []
+        failing, names = [], []
         if per_tool:
-            failing, newest = _failing_tools(traces)
+            failing = _failing_tools(traces)
             names = _likely_tool_names(traces, failing)
         versions, series = _grouped(traces, trunc, names)
         if per_tool and versions:
-            _fill_tools(traces, versions, failing, newest)
+            _fill_tools(traces, versions, failing)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 

@@ -165,3 +165,15 @@ def test_a_tool_only_old_traces_called_is_still_counted(project, monkeypatch):
     assert group.tools["archive"].calls == 4
     assert (group.tools["lookup"].calls, group.tools["lookup"].errors) == (9, 4)
     assert group.tools["ship"].calls == 9
+
+
+def test_a_tool_that_failed_long_ago_still_links_its_failing_trace(project, monkeypatch):
+    monkeypatch.setattr(monitors, "FAILING_CHUNK", 2)
+    _bulk_traces(project, 12, adapter_version="acme-v1", failing_every=1)
+    old = Trace.objects.get(external_id="acme-v1-0")
+    Trace.objects.filter(pk=old.pk).update(tool_errors={"lookup": 1, "ship": 1}, tool_error_count=2)
+    [group] = compute_monitor(traces=Trace.objects.filter(project=project)).versions
+    assert group.tools["ship"].error_examples == [old.pk]
+    assert group.tools["lookup"].error_examples == sorted(
+        Trace.objects.order_by("-id").values_list("id", flat=True)[:5]
+    )
