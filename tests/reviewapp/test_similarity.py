@@ -263,3 +263,38 @@ def test_embed_traces_command_fills_in_what_is_missing(project, monkeypatch):
 
     assert out.getvalue().strip() == "embedded 2, unchanged 1"
     assert TraceEmbedding.objects.count() == 3
+
+
+def test_more_like_this_compares_every_trace_not_only_the_newest(project, monkeypatch):
+    # Vectors are read two at a time here: the oldest trace is four reads behind the newest.
+    monkeypatch.setattr(similarity, "READ_CHUNK", 2)
+    traces = store(project, [make_trace(f"t-{i}") for i in range(9)])
+    put_vectors(
+        traces,
+        {"t-8": [1, 0], "t-0": [0.99, 0.05]} | {f"t-{i}": [1, i] for i in range(1, 8)},
+    )
+
+    similar = service.similar_traces(trace=traces["t-8"], limit=4)
+
+    assert [item.trace.external_id for item in similar] == ["t-0", "t-1", "t-2", "t-3"]
+    assert [item.score for item in similar] == sorted(
+        (item.score for item in similar), reverse=True
+    )
+
+
+def test_the_clusters_say_when_older_failing_traces_were_left_out(project, monkeypatch):
+    traces = store(project, [wrong_sum_trace(f"sum-{i}", q) for i, q in enumerate(WRONG_SUMS)])
+    put_vectors(traces, {f"sum-{i}": [1, 0.1 * i] for i in range(4)})
+    monkeypatch.setattr(similarity, "MAX_CLUSTERED", 3)
+
+    grouped = service.failure_clusters(project=project, clusters=1)
+
+    assert grouped.older_left_out
+    assert {trace.external_id for trace in grouped.clusters[0].examples} == {
+        "sum-1",
+        "sum-2",
+        "sum-3",
+    }
+    monkeypatch.setattr(similarity, "MAX_CLUSTERED", 4)
+    everything = service.failure_clusters(project=project, clusters=1)
+    assert not everything.older_left_out and everything.clusters[0].size == 4

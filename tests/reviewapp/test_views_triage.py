@@ -214,6 +214,16 @@ def test_clusters_page_groups_failing_traces(traces, victor, mallory):
     assert logged_in(victor).get("/p/acme/triage/clusters/?clusters=x").status_code == 200
 
 
+def test_clusters_page_says_when_older_failing_traces_were_left_out(traces, victor, monkeypatch):
+    record_feedback(trace=traces["t-3"], text="Never guess a number.")
+    monkeypatch.setattr(similarity, "MAX_CLUSTERED", 1)
+
+    page = logged_in(victor).get("/p/acme/triage/clusters/").content.decode()
+
+    assert "The newest 1 failing traces" in page
+    assert "Older failing traces were left out" in page
+
+
 def test_trace_page_loads_more_like_this(traces, victor):
     page = logged_in(victor).get(f"/p/acme/traces/{traces['t-0'].pk}/").content.decode()
 
