@@ -186,7 +186,8 @@ def _nearest_indexed(
         cursor.execute("SELECT set_config('hnsw.ef_search', %s, true)", [str(max(EF_SEARCH, k))])
         if _iterative_scan():
             # Filters (project, reviewed, not itself) apply during the scan, which goes on
-            # until k rows pass them, in exact distance order.
+            # until k rows pass them, in exact distance order; it gives up after
+            # hnsw.max_scan_tuples (20,000) rows, so a filter that very few pass may get fewer.
             cursor.execute("SET LOCAL hnsw.iterative_scan = strict_order")
     rows = _indexed_query(project, query, other_than=other_than, among=among)
     rows = rows.values_list("trace_id", "distance")
