@@ -64,11 +64,16 @@ def compare_replies(
     max_new_tokens: int | None = None,
     k: int = 20,
     batch_size: int = 8,
+    base_cache: dict | None = None,
 ) -> list[dict[str, Any]]:
     """Before/after results for items `{"context", "checks"?, "tools"?, "teacher_context"?,
     "reference"?, "original"?}` (reference: an approved assistant message for the context;
     original: the answer the feedback was about, which sizes the generation budget unless
-    `max_new_tokens` fixes it)."""
+    `max_new_tokens` fixes it).
+
+    `base_cache`: the base side (its greedy replies and their divergence from the teacher) is
+    the same for every candidate adapter of a run; pass one dict to each evaluation and it is
+    computed once."""
     budgets = [
         max_new_tokens or generation_budget(tokenizer, item.get("original")) for item in items
     ]
@@ -78,7 +83,12 @@ def compare_replies(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         batch = _compare_batch(
-            model, tokenizer, [items[i] for i in chunk], max(budgets[i] for i in chunk), k
+            model,
+            tokenizer,
+            [items[i] for i in chunk],
+            max(budgets[i] for i in chunk),
+            k,
+            {} if base_cache is None else base_cache,
         )
         for index, result in zip(chunk, batch, strict=True):
             results[index] = result
@@ -99,16 +109,17 @@ def evaluate_adapter(
     tokenizer: PreTrainedTokenizerBase,
     feedback_items: Sequence[dict[str, Any]],
     regression_items: Sequence[dict[str, Any]],
+    base_cache: dict | None = None,
 ) -> dict[str, Any]:
     """The gate's report: before/after on the trained feedback, the held-out feedback and the
     regression prompts.
 
     Feedback items carry `held_out` and `tags`; both kinds may carry ids (`feedback_id`,
     `target_id`, `trace_id`) and a `prompt`/`source`, kept in the stored rows with the
-    replies, checks and status (contexts are not stored).
+    replies, checks and status (contexts are not stored). `base_cache`: see `compare_replies`.
     """
     inputs = [*feedback_items, *regression_items]
-    results = compare_replies(model, tokenizer, inputs)
+    results = compare_replies(model, tokenizer, inputs, base_cache=base_cache)
     kept_keys = ("feedback_id", "target_id", "trace_id", "source", "prompt")
     rows = [
         {**{key: item[key] for key in kept_keys if key in item}, **result}
@@ -155,14 +166,18 @@ def _compare_batch(
     items: Sequence[dict[str, Any]],
     max_new_tokens: int,
     k: int,
+    base_cache: dict,
 ) -> list[dict[str, Any]]:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     prompts = [render_prompt(tokenizer, item["context"], item.get("tools")) for item in items]
-    with adapter_disabled(model):
-        replies_before = generate_replies(
-            model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
-        )
+    before_key = ("replies", tuple(map(tuple, prompts)), max_new_tokens)
+    if before_key not in base_cache:
+        with adapter_disabled(model):
+            base_cache[before_key] = generate_replies(
+                model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
+            )
+    replies_before = base_cache[before_key]
     replies_after = generate_replies(
         model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
     )
@@ -189,19 +204,27 @@ def _compare_batch(
             render_prompt(tokenizer, items[i]["teacher_context"], items[i].get("tools"))
             for i in teacher_rows
         ]
-        for side, replies, adapter_on in (
-            ("before", replies_before, False),
-            ("after", replies_after, True),
-        ):
-            values = _student_teacher_divergence(
+        student_prompts = [prompts[i] for i in teacher_rows]
+
+        def measure(replies: list[list[int]], adapter_on: bool) -> list[float]:
+            return _student_teacher_divergence(
                 model,
-                [prompts[i] for i in teacher_rows],
+                student_prompts,
                 teacher_prompts,
                 [replies[i] for i in teacher_rows],
                 adapter_on=adapter_on,
                 pad_token_id=pad,
                 k=k,
             )
+
+        # The base against the teacher is the same for every candidate.
+        before_divergence = ("divergence", before_key, tuple(map(tuple, teacher_prompts)))
+        if before_divergence not in base_cache:
+            base_cache[before_divergence] = measure(replies_before, adapter_on=False)
+        for side, values in (
+            ("before", base_cache[before_divergence]),
+            ("after", measure(replies_after, adapter_on=True)),
+        ):
             for i, value in zip(teacher_rows, values, strict=True):
                 results[i][f"divergence_{side}"] = value
 

@@ -107,12 +107,15 @@ def _execute(run: TrainingRun) -> str:
         return RunStatus.CANCELLED
 
     move(run.pk, source=RunStatus.TRAINING, target=RunStatus.EVALUATING)
+    base_side: dict = {}  # the base's replies, answered once for every candidate
     report, candidates = _choose_candidate(
         model,
         tokenizer,
         config,
         result,
-        evaluate=lambda: _evaluate(model, tokenizer, targets, held_out, tools, good_traces),
+        evaluate=lambda: _evaluate(
+            model, tokenizer, targets, held_out, tools, good_traces, base_side
+        ),
         thresholds=settings_for(project).gate_thresholds(),
     )
     metrics = {
@@ -262,7 +265,7 @@ def _latest_checkpoint(directory: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def _evaluate(model, tokenizer, targets, held_out, tools, good_traces) -> dict:
+def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cache) -> dict:
     """Before/after on the feedback (trained and held out) and on the regression prompts."""
     from training.eval_sets import general_regression_items
     from training.evaluation import evaluate_adapter
@@ -301,7 +304,7 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces) -> dict:
         for trace, (context, answer, trace_tools) in good_traces
     ]
     return evaluate_adapter(
-        model, tokenizer, feedback_items, general_regression_items() + trace_items
+        model, tokenizer, feedback_items, general_regression_items() + trace_items, base_cache
     )
 
 

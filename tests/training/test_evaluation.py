@@ -94,3 +94,40 @@ def test_teacher_divergence_and_drift_are_reported_when_asked_for(yes_sayer):
     assert results[1]["drift"] > 0  # the adapter moved away from the base on "blue"
     assert not {"divergence_before", "drift"} & results[2].keys()
     assert "drift" not in results[0]
+
+
+def test_the_base_side_is_answered_once_for_every_candidate(yes_sayer, monkeypatch):
+    import training.evaluation as evaluation
+
+    model, tokenizer = yes_sayer
+    items = [
+        {
+            "context": _user(q),
+            "teacher_context": _user(q + " answer yes"),
+            "checks": [{"kind": "regex", "value": "^yes$"}],
+        }
+        for q in QUESTIONS
+    ]
+    generated, measured = [], []
+    real_generate, real_logits = evaluation.generate_replies, evaluation.reply_logits
+    monkeypatch.setattr(
+        evaluation,
+        "generate_replies",
+        lambda *args, **kwargs: generated.append(1) or real_generate(*args, **kwargs),
+    )
+    monkeypatch.setattr(
+        evaluation,
+        "reply_logits",
+        lambda *args, **kwargs: measured.append(1) or real_logits(*args, **kwargs),
+    )
+    cache: dict = {}
+
+    first = compare_replies(model, tokenizer, items, max_new_tokens=4, base_cache=cache)
+    counts_first = (len(generated), len(measured))
+    second = compare_replies(model, tokenizer, items, max_new_tokens=4, base_cache=cache)
+
+    # The first evaluation answered both sides; the second only the adapter's.
+    assert counts_first == (2, 4)
+    assert (len(generated), len(measured)) == (3, 6)
+    assert [r["before"] for r in second] == [r["before"] for r in first]
+    assert [r["divergence_before"] for r in second] == [r["divergence_before"] for r in first]
