@@ -57,7 +57,7 @@ def embed_traces(*, trace_ids: list[int]) -> int:
     for start in range(0, len(trace_ids), EMBED_CHUNK):
         chunk = list(
             Trace.objects.filter(pk__in=trace_ids[start : start + EMBED_CHUNK]).only(
-                "id", "project_id", "body", "termination"
+                "id", "project_id", "body", "recording", "termination"
             )
         )
         texts = _compact_texts(chunk)

@@ -116,7 +116,9 @@ def route_traces(*, rule: TriageRule, trace_ids: list[int] | None = None) -> Rou
     if rule.failed_tool or rule.text:
         ids = list(candidates.order_by("id").values_list("id", flat=True))
         for start in range(0, len(ids), CHUNK):
-            for trace in Trace.objects.filter(pk__in=ids[start : start + CHUNK]).only("body"):
+            for trace in Trace.objects.filter(pk__in=ids[start : start + CHUNK]).only(
+                "body", "recording"
+            ):
                 if body_matches(rule, trace.body_json()["messages"]):
                     matched_ids.append(trace.pk)
         matched_ids.sort()
