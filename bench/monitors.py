@@ -158,6 +158,24 @@ def check_exact(monitor, tally: Tally) -> int:
     return len(tally.results)
 
 
+def statements_of(action) -> list[tuple[float, str]]:
+    """(seconds, SQL) of each statement `action` runs."""
+    from django.db import connection
+
+    statements = []
+
+    def time_statement(execute, statement, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(statement, params, many, context)
+        finally:
+            statements.append((time.perf_counter() - started, str(statement)))
+
+    with connection.execute_wrapper(time_statement):
+        action()
+    return statements
+
+
 def run(config: BenchConfig) -> None:
     setup_django(config.database_url)
     from django.contrib.auth import get_user_model
@@ -202,6 +220,10 @@ def run(config: BenchConfig) -> None:
         f"{worst[2].calls:,} ({100 * worst[2].error_rate:.1f}%), "
         f"newest failing traces {worst[2].error_examples}"
     )
+
+    print("statements of one monitor per day:")
+    for seconds, statement in statements_of(lambda: compute_monitor(traces=traces)):
+        print(f"  {1000 * seconds:8.1f} ms  {' '.join(statement.split())[:90]}")
 
     def page() -> None:
         response = client.get("/p/bench/monitors/", secure=True)
