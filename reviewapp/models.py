@@ -163,7 +163,7 @@ class Trace(models.Model):
             models.Index(fields=["project", "received_at"], name="trace_received"),
             # serves: the "most messages" sort
             models.Index(fields=["project", "-message_count", "-id"], name="trace_longest"),
-            # serves: the monitors' newest failing traces per version and tool
+            # serves: the monitors' errors per tool and newest failing traces (failing rows only)
             models.Index(
                 fields=["project", "model", "adapter_version", "-id"],
                 name="trace_tool_errors",
