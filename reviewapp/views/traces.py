@@ -104,6 +104,14 @@ def _without_cursor(request: HttpRequest) -> str:
     return query.urlencode()
 
 
+def _feedback_panel_context(request: HttpRequest, membership, trace) -> dict:
+    """What the feedback panel re-renders with after an action on one of its feedback."""
+    return {
+        **_review_context(request, membership, trace),
+        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
+    }
+
+
 def _review_context(request: HttpRequest, membership, trace) -> dict:
     my_tag_ids = set(
         TraceTag.objects.filter(trace=trace, reviewer=request.user).values_list("tag_id", flat=True)
@@ -233,10 +241,7 @@ def feedback_delete(
     feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
     if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
         delete_feedback(feedback=feedback)
-    context = {
-        **_review_context(request, membership, trace),
-        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
-    }
+    context = _feedback_panel_context(request, membership, trace)
     if request.htmx:
         response = render(request, "traces/detail.html#feedback-panel", context)
         return trigger_client_event(response, REVIEW_CHANGED)
@@ -254,10 +259,7 @@ def feedback_retry(
     feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
     if feedback is not None:
         retry_feedback(feedback=feedback)  # one still too long stays failed, its reason shown
-    context = {
-        **_review_context(request, membership, trace),
-        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
-    }
+    context = _feedback_panel_context(request, membership, trace)
     if request.htmx:
         return render(request, "traces/detail.html#feedback-panel", context)
     return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
@@ -282,8 +284,7 @@ def feedback_correct(
     if not request.htmx and not error:
         return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
     context = {
-        **_review_context(request, membership, trace),
-        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
+        **_feedback_panel_context(request, membership, trace),
         "correction_error": error,
         "correction_error_for": feedback.pk,
     }
