@@ -154,6 +154,21 @@ def test_readers_see_the_whole_conversation_before_and_after_it_settles(
 
 
 @pytest.mark.django_db
+def test_the_trace_page_and_the_api_show_messages_still_in_segments(
+    project, settles, api, client, bob
+):
+    messages, _ = run_episode(project, 6, trace_id="episode-4")
+    trace = Trace.objects.get()
+    assert TraceSegment.objects.filter(trace=trace).exists()  # not settled yet
+
+    stored = api.get("/api/v1/traces/episode-4").json()
+    assert stored["messages"] == messages and stored["tools"] == TOOLS
+    client.force_login(bob)
+    page = client.get(f"/p/{project.slug}/traces/{trace.pk}/").content.decode()
+    assert "Done after 5 steps." in page and messages[-2]["content"][:40] in page
+
+
+@pytest.mark.django_db
 def test_summary_columns_match_the_whole_conversation(project, settles):
     messages, _ = run_episode(project, 25)
     trace = Trace.objects.get()
