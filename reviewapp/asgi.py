@@ -6,10 +6,12 @@ from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 from reviewapp.api.limits import AdmissionLimit
+from reviewapp.gateway.asgi import GatewayRouter
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewapp.settings")
 # Past the admission limits an overloaded process answers 503 before Django sees the request.
-application = AdmissionLimit(get_asgi_application())
+# The gateway's URLs skip the site's middleware stack (reviewapp/gateway/asgi.py).
+application = AdmissionLimit(GatewayRouter(get_asgi_application()))
 
 # Load every view now, then move the ~120k objects that live for the whole process out of the
 # garbage collector's reach: each full collection used to rescan them, 40% of an ingest batch's

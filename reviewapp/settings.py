@@ -55,6 +55,16 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
+# What of MIDDLEWARE applies to a gateway call (/v1/chat/completions, /v1/models), same order:
+# no sessions, auth, CSRF (the views are exempt), messages, htmx or axes. Run in the event loop
+# by reviewapp/gateway/asgi.py; each must only read the request and set headers.
+GATEWAY_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "reviewapp.api.limits.RequestSizeLimitMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+]
 
 ROOT_URLCONF = "reviewapp.urls"
 ASGI_APPLICATION = "reviewapp.asgi.application"

@@ -18,6 +18,11 @@ class RequestSizeLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.process_request(request) or self.get_response(request)
+
+    def process_request(self, request: HttpRequest) -> JsonResponse | None:
+        """The refusal of an oversized (or unmeasurable) body, else None. The gateway's handler
+        calls it directly (reviewapp/gateway/asgi.py)."""
         if request.path.startswith(LIMITED_PREFIXES):
             try:
                 length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -31,7 +36,7 @@ class RequestSizeLimitMiddleware:
                 if request.path.startswith(GATEWAY_PREFIX):
                     return openai_error(413, _too_large_detail())
                 return body_too_large()
-        return self.get_response(request)
+        return None
 
 
 def _too_large_detail() -> str:
