@@ -9,10 +9,15 @@ subset of MIDDLEWARE in the same order, run in the event loop: those middleware 
 request and set headers. URLs, views, auth, error bodies and recording are the site's own.
 """
 
+import asyncio
+import contextlib
+
 from asgiref.sync import markcoroutinefunction
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
+from django.urls import set_script_prefix
 from django.utils.module_loading import import_string
 
 # What the gateway answers; every other path (including other /v1/ ones) is the site's.
@@ -52,6 +57,47 @@ class GatewayHandler(ASGIHandler):
         # No ThreadSensitiveContext: it starts a thread per request. The views' few database
         # reads (a key, once per routing.CACHE_SECONDS) share asgiref's one sync thread.
         await self.handle(scope, receive, send)
+
+    async def handle(self, scope, receive, send) -> None:
+        """ASGIHandler.handle without its two thread hops: the request_started/finished
+        signals (their receivers check database connections; the gateway's only database work,
+        routing's key lookup, runs between the same checks) and `response.close()`, which sends
+        request_finished (a gateway response holds no resources but a stream, which closes
+        itself). A client that goes away still cancels the view, as in Django."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            return
+
+        async def process_request() -> None:
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away while the answer was sent
+            finally:
+                for closer in response._resource_closers:
+                    closer()
+
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request()),
+        ]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                    await task
+        finally:
+            body_file.close()
 
 
 class GatewayRouter:

@@ -12,8 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from reviewapp.models import Adapter, ApiKey, ModelRoute, Project
 from reviewapp.project_settings import settings_for
@@ -89,45 +90,59 @@ async def project_for_key(secret: str) -> GatewayProject | None:
     if cached and cached[0] > now:
         return cached[1]
     try:
-        key = await (
-            ApiKey.objects.select_related("project")
-            .filter(secret_hash=secret_hash, revoked_at__isnull=True)
-            .afirst()
-        )
-        route = await ModelRoute.objects.filter(project=key.project).afirst() if key else None
-        adapters = (
-            {
-                name: path
-                async for name, path in Adapter.objects.filter(project=key.project).values_list(
-                    "name", "path"
-                )
-            }
-            if key
-            else {}
-        )
+        project = await _read_project(secret_hash)
     except DatabaseError:
         if cached:  # the database is away: answer with what this process last knew
             logger.warning("routing from a stale cache: the database is unavailable")
             return cached[1]
         raise
-    project = None
-    if key is not None:
-        p = key.project
-        project = GatewayProject(
-            id=p.pk,
-            slug=p.slug,
-            served_model=p.served_model,
-            upstream_urls=tuple(upstream_urls(p)),
-            base_upstream_model=p.upstream_model or p.served_model,
-            primary=route.primary if route else "",
-            canary=route.canary if route else "",
-            canary_share=route.canary_share if route else 0,
-            base_model=p.base_model,
-            adapters=adapters,
-            key_scopes=frozenset(key.scopes),
-        )
     _cache[secret_hash] = (now + CACHE_SECONDS, project)
     return project
+
+
+@sync_to_async
+def _read_project(secret_hash: str) -> GatewayProject | None:
+    """The key's project and routing, read in one thread hop. The gateway's handler sends no
+    request_started/finished (reviewapp/gateway/asgi.py): this is its only database work, so
+    the connection check Django runs around a request (close_old_connections: drop a broken
+    connection or one past CONN_MAX_AGE) runs here, unless a transaction is open on the
+    connection (a test's)."""
+    _check_connection()
+    try:
+        return _project_for_hash(secret_hash)
+    finally:
+        _check_connection()
+
+
+def _check_connection() -> None:
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
+
+
+def _project_for_hash(secret_hash: str) -> GatewayProject | None:
+    key = (
+        ApiKey.objects.select_related("project")
+        .filter(secret_hash=secret_hash, revoked_at__isnull=True)
+        .first()
+    )
+    if key is None:
+        return None
+    p = key.project
+    route = ModelRoute.objects.filter(project=p).first()
+    adapters = dict(Adapter.objects.filter(project=p).values_list("name", "path"))
+    return GatewayProject(
+        id=p.pk,
+        slug=p.slug,
+        served_model=p.served_model,
+        upstream_urls=tuple(upstream_urls(p)),
+        base_upstream_model=p.upstream_model or p.served_model,
+        primary=route.primary if route else "",
+        canary=route.canary if route else "",
+        canary_share=route.canary_share if route else 0,
+        base_model=p.base_model,
+        adapters=adapters,
+        key_scopes=frozenset(key.scopes),
+    )
 
 
 def forget_cached_key(secret_hash: str) -> None:
