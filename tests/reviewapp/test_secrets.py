@@ -62,6 +62,8 @@ def _every_stored_value() -> str:
     """Every column of every row in the database, compressed bodies opened, as one string."""
     parts = []
     for model in apps.get_models():
+        if not model._meta.managed:  # a view of another model's table (TraceVector), read there
+            continue
         fields = [field.attname for field in model._meta.concrete_fields]
         for row in model.objects.values_list(*fields):
             for value in row:

@@ -145,6 +145,7 @@ class _Target:
 
     def __init__(self, context, original, reply, feedback_text):
         self.student_context, self.original, self.target = context, original, reply
+        self.source, self.teacher_context = "hint", None  # not stored: built from the feedback
         self.feedback = type("Feedback", (), {"text": feedback_text, "trace_id": 1})
 
 
