@@ -22,6 +22,9 @@ TEACHER_BUDGET = 16
 # examples: each costs context, and 4 already took the bundled model from 3 to 12 passing
 # revisions in 12 (training/targets.WorkedExample).
 WORKED_EXAMPLES = 4
+# ...and at most this many characters of them in all, so a trace that fits the model's context
+# still fits with its examples (corrections are short answers, not whole conversations).
+WORKED_EXAMPLE_CHARS = 3000
 
 
 def teacher_for(project: Project, project_settings: ProjectSettings):
@@ -66,7 +69,7 @@ def worked_examples_for(feedback: Feedback, limit: int = WORKED_EXAMPLES) -> lis
         .select_related("trace")
         .order_by("-id")[:limit]
     )
-    examples = []
+    examples, room = [], WORKED_EXAMPLE_CHARS
     for other in corrected:
         messages = other.trace.body_json()["messages"]
         try:
@@ -74,9 +77,12 @@ def worked_examples_for(feedback: Feedback, limit: int = WORKED_EXAMPLES) -> lis
         except ValueError:  # the trace changed under the feedback: not an example
             continue
         question = next((m for m in reversed(context) if m["role"] == "user"), None)
-        answer = message_text(other.correction)
-        if question is not None and answer.strip():
-            examples.append(WorkedExample(question=message_text(question), answer=answer))
+        if question is None or not message_text(other.correction).strip():
+            continue  # a correction that calls a tool shows nothing to copy in words
+        example = WorkedExample(message_text(question), message_text(other.correction))
+        if len(example.question) + len(example.answer) <= room:
+            examples.append(example)
+            room -= len(example.question) + len(example.answer)
     return examples
 
 

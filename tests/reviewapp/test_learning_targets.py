@@ -3,7 +3,11 @@
 import pytest
 from django.test import Client
 
-from reviewapp.learning.targets import propose_targets_for
+from reviewapp.learning.targets import (
+    WORKED_EXAMPLE_CHARS,
+    propose_targets_for,
+    worked_examples_for,
+)
 from reviewapp.models import DistillationTarget, Feedback, FeedbackStatus
 from reviewapp.project_settings import update_settings
 from reviewapp.services.feedback import record_feedback
@@ -89,6 +93,13 @@ def test_the_teacher_is_shown_reviewers_corrections_under_the_same_feedback(
     assert "84, briefly." not in shown  # another feedback's correction is not
     [target] = DistillationTarget.objects.filter(feedback=feedback)
     assert "84. Twelve sevens." in str(target.teacher_context)  # distill mode sees them too
+
+
+def test_worked_examples_leave_room_for_the_trace_in_the_teachers_context(project, trace):
+    _corrected_elsewhere(project, "Explain more.", "word " * (WORKED_EXAMPLE_CHARS // 5 + 1))
+    feedback, _ = record_feedback(trace=trace, text="Explain more.", turn=4)
+
+    assert worked_examples_for(feedback) == []  # one over the budget is not shown at all
 
 
 def test_a_reviewers_correction_reopens_feedback_of_the_same_text_the_teacher_failed(
