@@ -24,6 +24,7 @@ from reviewapp.gateway.routing import (
     upstream_health,
 )
 from reviewapp.gateway.tracecontext import trace_id_from_traceparent
+from reviewapp.gateway.upstream import pool, usable_for
 from reviewapp.models import KeyScope, RefusalReason
 from reviewapp.services.calls import RecordedCall
 
@@ -275,11 +276,18 @@ class _Call:
         )
 
     async def _post(self, client: httpx.AsyncClient, *, stream: bool) -> httpx.Response:
+        url = f"{self.upstream_url}/chat/completions"
+        if usable_for(url):  # the lean client: a plain-HTTP server, no proxy
+            return await pool().post(
+                url,
+                self._payload(),
+                self._headers(),
+                stream=stream,
+                read_timeout=settings.GATEWAY_READ_TIMEOUT,
+                connect_timeout=settings.GATEWAY_CONNECT_TIMEOUT,
+            )
         request = client.build_request(
-            "POST",
-            f"{self.upstream_url}/chat/completions",
-            content=self._payload(),
-            headers=self._headers(),
+            "POST", url, content=self._payload(), headers=self._headers()
         )
         return await client.send(request, stream=stream)
 
