@@ -70,6 +70,9 @@ class ProjectSettings(_Section):
     # The model servers (OpenAI-compatible base URLs ending in /v1) the gateway balances across
     # and a deploy loads adapters on; empty: the project's single upstream_url (or VLLM_URL).
     upstreams: list[str] = Field(default_factory=list, max_length=32)
+    # How many of them must load an adapter (and answer with it) before a deploy routes to it;
+    # 0: the DEPLOY_QUORUM setting, whose default 0 means all of them.
+    deploy_quorum: int = Field(0, ge=0, le=32)
 
     @field_validator("upstreams")
     @classmethod

@@ -11,7 +11,8 @@ A project's ModelRoute changes only here, each change under the row's lock:
 A refused change raises DeployRefused and changes nothing. Loading on the model servers takes
 seconds, so it happens before the lock; a deploy whose route moved meanwhile is refused rather
 than overwriting that move. Each server's outcome is kept on the adapter (eval_results["deploy"]);
-the route moves once DEPLOY_QUORUM servers (default: all) loaded the adapter and answered with it.
+the route moves once the project's `deploy_quorum` servers (else DEPLOY_QUORUM; default: all) loaded
+the adapter and answered with it.
 """
 
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from reviewapp.gateway.routing import forget_cached_routes, upstream_urls
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.lineage import adapter_report
 from reviewapp.models import Project
+from reviewapp.project_settings import settings_for
 from training.deploy import DeployError, canary_request, load_adapter
 
 
@@ -104,7 +106,8 @@ def deploy_adapter(*, adapter: Adapter, share: int = 100, client: httpx.Client |
     servers = [_load_on(client, url, adapter) for url in upstream_urls(project)]
     _record_deploy(adapter, servers)
     loaded = sum(server["loaded"] for server in servers)
-    quorum = min(settings.DEPLOY_QUORUM or len(servers), len(servers))
+    wanted = settings_for(project).deploy_quorum or settings.DEPLOY_QUORUM or len(servers)
+    quorum = min(wanted, len(servers))
     if loaded < quorum:
         errors = "; ".join(server["error"] for server in servers if not server["loaded"])
         raise DeployError(

@@ -14,7 +14,7 @@ from django.test import AsyncClient, Client, override_settings
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import forget_cached_routes
 from reviewapp.learning.deploy import DeployError, deploy_adapter
-from reviewapp.models import Adapter, ModelRoute
+from reviewapp.models import Adapter, ModelRoute, TrainingRun
 from reviewapp.project_settings import SettingsError, update_settings
 from reviewapp.services.projects import create_api_key, create_project
 from tests.fake_upstream import FakeUpstream
@@ -179,13 +179,28 @@ def test_a_quorum_of_one_routes_when_one_server_took_the_adapter(project, health
     assert ModelRoute.objects.get(project=project).primary == "acme-v1"
 
 
-def test_the_adapter_page_shows_each_servers_deploy_outcome(project, alice, healthy, refusing):
+def test_a_projects_own_quorum_routes_when_that_many_servers_took_the_adapter(
+    project, healthy, refusing
+):
+    serve_from(project, [healthy[0], refusing])
+    update_settings(project=project, changes={"deploy_quorum": 1})
+    deploy_adapter(adapter=make_adapter(project))
+    assert ModelRoute.objects.get(project=project).primary == "acme-v1"
+
+
+@pytest.mark.parametrize("page", ["adapter", "run"])
+def test_the_adapter_and_run_pages_show_each_servers_deploy_outcome(
+    project, alice, healthy, refusing, page
+):
     serve_from(project, [healthy[0], refusing])
     adapter = make_adapter(project)
+    adapter.run = TrainingRun.objects.create(project=project, config={}, status="deploy_failed")
+    adapter.save()
     with pytest.raises(DeployError):
         deploy_adapter(adapter=adapter)
     client = Client()
     client.force_login(alice)
-    page = client.get("/p/acme/adapters/1/").content.decode()
-    assert f'<code>{refusing.url}</code> <span class="badge error">failed</span>' in page
-    assert f'<code>{healthy[0].url}</code> <span class="badge completed">loaded</span>' in page
+    url = "/p/acme/adapters/1/" if page == "adapter" else f"/p/acme/runs/{adapter.run.pk}/"
+    shown = client.get(url).content.decode()
+    assert f'<code>{refusing.url}</code> <span class="badge error">failed</span>' in shown
+    assert f'<code>{healthy[0].url}</code> <span class="badge completed">loaded</span>' in shown
