@@ -3,6 +3,7 @@
 set -euo pipefail
 
 VENV_DIR="${APPRENTICE_VENV:-.venv}"
+case "$VENV_DIR" in /*) ;; *) VENV_DIR="$PWD/$VENV_DIR" ;; esac # an absolute path works too
 EXTRAS="${APPRENTICE_EXTRAS:-training}"
 
 find_python() {
@@ -36,4 +37,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
-export PATH="$PWD/$VENV_DIR/bin:$PATH"
+export PATH="$VENV_DIR/bin:$PATH"
