@@ -8,10 +8,10 @@ import orjson
 import pytest
 from django.test import AsyncClient
 
+from reviewapp.gateway import recorder as recorder_module
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.routing import forget_cached_routes
 from reviewapp.models import ModelCall, ModelRoute, Project, Trace
-from reviewapp.services import calls
 from reviewapp.services.projects import create_api_key, create_project
 from tests.fake_upstream import FakeUpstream, free_port
 
@@ -182,13 +182,14 @@ async def test_a_client_that_disconnects_mid_stream_is_recorded_as_such(upstream
 
 
 async def test_a_slow_database_does_not_slow_the_harness(upstream, gateway_key, monkeypatch):
-    real = calls.record_model_call
+    real = recorder_module.record_model_calls
 
-    def slow_record(call):
+    def slow_record(batch):
         time.sleep(2)
-        return real(call)
+        return real(batch)
 
-    monkeypatch.setattr(calls, "record_model_call", slow_record)
+    # The recorder thread writes batches through the name it imported.
+    monkeypatch.setattr(recorder_module, "record_model_calls", slow_record)
     started = time.perf_counter()
     response = await chat(gateway_key, USER)
     elapsed = time.perf_counter() - started
