@@ -27,8 +27,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from scratch_db import (
     add_admin_url_argument,
-    drop_database,
-    recreate_database,
+    scratch_database,
     scratch_database_url,
 )
 
@@ -524,15 +523,9 @@ def report_detail(
 def main() -> None:
     config = parse_args()
     started = time.perf_counter()
-    recreate_database(config.admin_url, BENCH_DATABASE)
-    try:
+    with scratch_database(config.admin_url, BENCH_DATABASE):
         setup_django(config.database_url)
         run(config)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        drop_database(config.admin_url, BENCH_DATABASE)
     print(f"\nwhole run {time.perf_counter() - started:.0f} s")
 
 

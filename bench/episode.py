@@ -30,8 +30,7 @@ from pathlib import Path
 import orjson
 from scratch_db import (
     add_admin_url_argument,
-    drop_database,
-    recreate_database,
+    scratch_database,
     scratch_database_url,
 )
 
@@ -274,15 +273,9 @@ def run(config: BenchConfig) -> None:
 
 def main() -> None:
     config = parse_args()
-    recreate_database(config.admin_url, BENCH_DATABASE)
     started = time.perf_counter()
-    try:
+    with scratch_database(config.admin_url, BENCH_DATABASE):
         run(config)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        drop_database(config.admin_url, BENCH_DATABASE)
     print(f"done in {time.perf_counter() - started:.0f}s")
 
 

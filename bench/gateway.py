@@ -33,7 +33,7 @@ import orjson
 import psutil
 import psycopg
 from apprentice_server import SERVER_SECRET_KEY, free_port, server_command, server_environment
-from scratch_db import drop_database, recreate_database
+from scratch_db import scratch_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/gateway.py` puts bench/, not the root, first
@@ -939,15 +939,9 @@ def main() -> None:
         return
     config = parse_args()
     deadline = time.monotonic() + config.max_seconds
-    recreate_database(config.admin_url, BENCH_DATABASE)
-    try:
+    with scratch_database(config.admin_url, BENCH_DATABASE):
         setup_django(config.database_url)
         runs, vllm, skipped = run(config, deadline)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        drop_database(config.admin_url, BENCH_DATABASE)
     report(config, runs, vllm, skipped)
 
 

@@ -33,7 +33,7 @@ import orjson
 import psycopg
 from apprentice_server import SERVER_SECRET_KEY, free_port, server_command, server_environment
 from psycopg import sql
-from scratch_db import drop_database, recreate_database
+from scratch_db import scratch_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/ingest.py` puts bench/, not the root, first
@@ -629,12 +629,9 @@ def report(
 def main() -> None:
     config = parse_args()
     bodies, messages = make_request_bodies(config)
-    recreate_database(config.admin_url, BENCH_DATABASE)
-    try:
+    with scratch_database(config.admin_url, BENCH_DATABASE):
         setup_django(config.database_url)
         runs = run(config, bodies)
-    finally:
-        drop_database(config.admin_url, BENCH_DATABASE)
     report(
         config=config,
         messages=messages,

@@ -1,6 +1,9 @@
 """The scratch PostgreSQL database every benchmark creates for itself and drops at the end."""
 
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -18,6 +21,21 @@ def recreate_database(admin_url: str, name: str) -> None:
     drop_database(admin_url, name)
     with psycopg.connect(admin_url, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+@contextmanager
+def scratch_database(admin_url: str, name: str) -> Iterator[None]:
+    """A fresh database `name` for the block, dropped after it (Django's connections to it are
+    closed first, when the block opened any)."""
+    recreate_database(admin_url, name)
+    try:
+        yield
+    finally:
+        if "django.db" in sys.modules:
+            from django.db import connections
+
+            connections.close_all()
+        drop_database(admin_url, name)
 
 
 def add_admin_url_argument(parser) -> None:
