@@ -1,10 +1,14 @@
 """The trace list's filters: one form, used by the list page and by queue building."""
 
+import re
+from dataclasses import dataclass
 from datetime import datetime, time
 
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from reviewapp.models import Feedback, Project, Tag, Termination, Trace, TraceTag
 
@@ -63,6 +67,61 @@ def text_matches(text: str) -> Q:
     return (
         Q(external_id__icontains=text) | Q(preview__icontains=text) | Q(search_text__icontains=text)
     )
+
+
+# About what one line of the list's text column holds: the match and the words around it.
+SNIPPET_CHARS = 120
+
+
+@dataclass(frozen=True)
+class SearchMatch:
+    html: SafeString  # the text around the match, escaped, the match in <mark>
+    in_preview: bool  # found in the first user message (shown highlighted in its place)
+
+
+def match_snippet(text: str, query: str) -> SafeString | None:
+    """About SNIPPET_CHARS of `text` around the first case-insensitive occurrence of `query`,
+    escaped, with the occurrence in <mark>; None when the text does not contain it."""
+    found = re.search(re.escape(query), text, re.IGNORECASE)
+    if found is None:
+        return None
+    start, end = found.span()
+    room = max(SNIPPET_CHARS - (end - start), 0)
+    # Half the room on each side; what one side cannot use (the text starts or ends) goes to
+    # the other.
+    before = max(start - room // 2, 0)
+    after = min(end + room - (start - before), len(text))
+    before = max(start - (room - (after - end)), 0)
+    return format_html(
+        "{}{}<mark>{}</mark>{}{}",
+        "…" if before > 0 else "",
+        _one_line(text[before:start]),
+        _one_line(text[start:end]),
+        _one_line(text[end:after]),
+        "…" if after < len(text) else "",
+    )
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def search_matches(traces: list[Trace], query: str) -> dict[int, SearchMatch]:
+    """Where `query` matched in each of these traces (the rows of one page): in the text
+    extracted at ingest (answers, tool calls, tool errors), else in the first user message.
+
+    A trace found by its id alone has no entry. One query for the rows' extracted text.
+    """
+    extracted = dict(
+        Trace.objects.filter(pk__in=[trace.pk for trace in traces]).values_list("pk", "search_text")
+    )
+    matches = {}
+    for trace in traces:
+        if snippet := match_snippet(extracted.get(trace.pk, ""), query):
+            matches[trace.pk] = SearchMatch(snippet, in_preview=False)
+        elif snippet := match_snippet(trace.preview, query):
+            matches[trace.pk] = SearchMatch(snippet, in_preview=True)
+    return matches
 
 
 def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:

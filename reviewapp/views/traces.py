@@ -10,7 +10,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from reviewapp.filters import TraceFilterForm, after_cursor, cursor_for, filtered_traces
+from reviewapp.filters import (
+    TraceFilterForm,
+    after_cursor,
+    cursor_for,
+    filtered_traces,
+    search_matches,
+)
 from reviewapp.forms import FeedbackForm
 from reviewapp.lineage import adapters_by_feedback
 from reviewapp.models import Feedback, Tag, Termination, TraceTag
@@ -83,6 +89,10 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
         query = request.GET.copy()
         query["cursor"] = cursor_for(page[-1], sort)
         next_query = query.urlencode()
+    if filters.get("q"):  # where each listed trace matched, for this page's rows only
+        matches = search_matches(page, filters["q"])
+        for trace in page:
+            trace.search_match = matches.get(trace.pk)
     context = {
         "membership": membership,
         "project": membership.project,
