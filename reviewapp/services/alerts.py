@@ -8,10 +8,9 @@ that show it. A version needs `MIN_TRACES` traces before it is compared at all.
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from django.db.models import QuerySet
 from django.urls import reverse
 
-from reviewapp.models import Project, Termination, Trace
+from reviewapp.models import Project, Termination
 from reviewapp.services.dataset import DataPolicy, data_policy_for
 from reviewapp.services.monitors import GroupStats, Monitor, compute_monitor, evidence_url
 
@@ -207,14 +206,11 @@ def alerts_from_monitor(
     return list(reversed(alerts))
 
 
-def project_alerts(
-    *, project: Project, traces: QuerySet[Trace] | None = None, filters: dict | None = None
-) -> list[Alert]:
-    """The project's alerts over these traces (all of them by default)."""
-    traces = traces if traces is not None else Trace.objects.filter(project=project)
+def project_alerts(*, project: Project) -> list[Alert]:
+    """The project's alerts over all its traces."""
     try:
         policy = data_policy_for(project)
     except ValueError:
         policy = DataPolicy()
-    monitor = compute_monitor(traces=traces, bucket="day")
-    return alerts_from_monitor(project=project, monitor=monitor, policy=policy, filters=filters)
+    monitor = compute_monitor(project=project, bucket="day")
+    return alerts_from_monitor(project=project, monitor=monitor, policy=policy)

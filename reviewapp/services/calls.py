@@ -31,6 +31,7 @@ from reviewapp.ingest.chat import preview_text
 from reviewapp.models import ModelCall, Termination, Trace, TraceSegment, TraceSource
 from reviewapp.services.facts import TraceFacts, add_message_facts
 from reviewapp.services.ingest import SEARCH_TEXT_MAX_CHARS, search_text
+from reviewapp.services.rollups import roll_up_traces
 from reviewapp.tasks import after_traces_changed, settle_when_quiet
 
 # A settle task not heard of this long after it was due was lost (a broker restart): the next
@@ -278,6 +279,7 @@ def record_model_calls(calls: list[RecordedCall]) -> list[ModelCall]:
             _record(call, batch)
         batch.flush_segments()
         ModelCall.objects.bulk_create(batch.calls)
+        roll_up_traces(trace_ids={row.trace_id for row in batch.calls if row.trace_id})
         settle_when_quiet(sorted(batch.to_settle))
     return batch.calls
 

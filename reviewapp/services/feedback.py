@@ -21,6 +21,7 @@ from reviewapp.models import (
     Trace,
 )
 from reviewapp.project_settings import settings_for
+from reviewapp.services.rollups import roll_up_traces
 from reviewapp.services.similarity import similarity_between
 from reviewapp.tasks import after_traces_changed, embed_traces
 from training.checks import check_problem
@@ -360,7 +361,9 @@ def record_outcome(
     }
     if not changes:
         raise FeedbackError("give at least one of reward, success, termination")
-    Trace.objects.filter(pk=trace.pk).update(**changes)
+    with transaction.atomic():
+        Trace.objects.filter(pk=trace.pk).update(**changes)
+        roll_up_traces(trace_ids=[trace.pk])  # the monitors count outcomes and terminations
     for name, value in changes.items():
         setattr(trace, name, value)
     after_traces_changed([trace.pk])  # rules may match on the outcome or termination

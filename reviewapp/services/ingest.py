@@ -21,6 +21,7 @@ from reviewapp.ingest.chat import (
 from reviewapp.models import Project, Tag, Termination, Trace, TraceSource, TraceTag
 from reviewapp.rendering import looks_like_tool_error
 from reviewapp.services.facts import facts_of
+from reviewapp.services.rollups import roll_up_traces
 from reviewapp.tasks import after_traces_changed
 from training.text import message_text
 
@@ -210,6 +211,7 @@ def _store(
         )
     if not new_ids:
         return
+    roll_up_traces(trace_ids=new_ids.values())
     tagged = [accepted[external_id] for external_id in new_ids if accepted[external_id].item.tags]
     if tagged:
         _tag_new_traces(project=project, tagged=tagged, trace_ids=new_ids, create_tags=create_tags)

@@ -2,14 +2,18 @@
 
 Counts, rates and averages come from the trace summary columns and the per-trace facts
 (reviewapp/services/facts.py: tool results and errors per tool, answers and their words, cut
-replies), aggregated in SQL over every matching trace: exact, and no body is opened. One grouped
-query per view sums every column, each tool's results by name included; the errors per tool come
-from the failing traces alone, and their newest examples from the newest failing traces.
+replies), summed exactly; no body is opened. They are read from the rollups
+(reviewapp/services/rollups.py: the same sums per version, hour received and termination, kept
+as traces are written) when the filters are ones the rollups can answer (version, termination,
+dates); other filters (text, tags, outcome, review state) sum over every matching trace
+(`monitor_of_traces`), one grouped query plus the errors per tool from the failing traces. Either
+way the newest failing traces, the evidence, come from an indexed read of the newest failing
+traces.
 """
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, time, timedelta
 from urllib.parse import urlencode
 
 from django.db import connection, transaction
@@ -17,9 +21,10 @@ from django.db.models import Count, IntegerField, Min, Q, QuerySet, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, TruncDay, TruncHour
 from django.urls import reverse
+from django.utils import timezone
 
-from reviewapp.filters import BASE_ADAPTER
-from reviewapp.models import Feedback, Project, Termination, Trace
+from reviewapp.filters import BASE_ADAPTER, filtered_traces
+from reviewapp.models import Feedback, Project, Termination, ToolRollup, Trace, TraceRollup
 
 BUCKETS = {"day": TruncDay, "hour": TruncHour}
 EXAMPLES_KEPT = 5  # trace ids kept as evidence per version and per tool
@@ -156,7 +161,7 @@ class Monitor:
 
 
 def _add_row(group: GroupStats, row: dict) -> None:
-    """Fold one (version, bucket, termination) row of the grouped query into a group."""
+    """Fold one (version, bucket, termination) row of the grouped sums into a group."""
     termination, count = row["termination"], row["traces"]
     group.traces += count
     group.terminations[termination] = group.terminations.get(termination, 0) + count
@@ -179,6 +184,38 @@ def _add_row(group: GroupStats, row: dict) -> None:
     group.truncated_replies += row["truncated_replies"] or 0
 
 
+def _fold(rows, feedback, tool_names: list[str] = ()) -> tuple[list[GroupStats], list[GroupStats]]:
+    """Versions and (version, bucket) groups from grouped rows (model, adapter_version,
+    period, termination and the sums) and the traces with feedback per (version, period)."""
+    series: dict[tuple, GroupStats] = {}
+    versions: dict[Version, GroupStats] = {}
+    for row in rows:
+        version = Version(row["model"], row["adapter_version"])
+        key = (version, row["period"])
+        _add_row(series.setdefault(key, GroupStats(version, row["period"])), row)
+        group = versions.setdefault(version, GroupStats(version, None))
+        _add_row(group, row)
+        for index, name in enumerate(tool_names):
+            if row[f"tool_{index}"]:
+                group.tools[name].calls += row[f"tool_{index}"]
+    for row in feedback:
+        version = Version(row["trace__model"], row["trace__adapter_version"])
+        series[(version, row["period"])].with_feedback += row["traces"]
+        versions[version].with_feedback += row["traces"]
+    ordered_versions = sorted(versions.values(), key=lambda g: (g.first_seen, g.version.label))
+    ordered_series = sorted(series.values(), key=lambda g: (g.bucket, g.version.label))
+    return ordered_versions, ordered_series
+
+
+def _with_feedback(feedback: QuerySet[Feedback], trunc) -> QuerySet:
+    """Traces with feedback per (version, period); a few rows per trace at most."""
+    return (
+        feedback.annotate(period=trunc("trace__received_at"))
+        .values("trace__model", "trace__adapter_version", "period")
+        .annotate(traces=Count("trace", distinct=True))
+    )
+
+
 def _grouped(
     traces: QuerySet[Trace], trunc, tool_names: list[str]
 ) -> tuple[list[GroupStats], list[GroupStats]]:
@@ -194,8 +231,8 @@ def _grouped(
         for index, name in enumerate(tool_names)
     }
     rows = (
-        traces.annotate(bucket=trunc("received_at"))
-        .values("model", "adapter_version", "bucket", "termination")
+        traces.annotate(period=trunc("received_at"))
+        .values("model", "adapter_version", "period", "termination")
         .annotate(
             traces=Count("id"),
             first_seen=Min("received_at"),
@@ -214,30 +251,8 @@ def _grouped(
             **per_tool,
         )
     )
-    series: dict[tuple, GroupStats] = {}
-    versions: dict[Version, GroupStats] = {}
-    for row in rows:
-        version = Version(row["model"], row["adapter_version"])
-        key = (version, row["bucket"])
-        _add_row(series.setdefault(key, GroupStats(version, row["bucket"])), row)
-        group = versions.setdefault(version, GroupStats(version, None))
-        _add_row(group, row)
-        for index, name in enumerate(tool_names):
-            if row[f"tool_{index}"]:
-                group.tools[name].calls += row[f"tool_{index}"]
-    feedback = (
-        Feedback.objects.filter(trace__in=traces)
-        .annotate(bucket=trunc("trace__received_at"))
-        .values("trace__model", "trace__adapter_version", "bucket")
-        .annotate(traces=Count("trace", distinct=True))
-    )
-    for row in feedback:
-        version = Version(row["trace__model"], row["trace__adapter_version"])
-        series[(version, row["bucket"])].with_feedback += row["traces"]
-        versions[version].with_feedback += row["traces"]
-    ordered_versions = sorted(versions.values(), key=lambda g: (g.first_seen, g.version.label))
-    ordered_series = sorted(series.values(), key=lambda g: (g.bucket, g.version.label))
-    return ordered_versions, ordered_series
+    feedback = _with_feedback(Feedback.objects.filter(trace__in=traces), trunc)
+    return _fold(rows, feedback, tool_names)
 
 
 # Per tool and version: the JSON {tool name: count} columns, one row per key. Only the function
@@ -339,10 +354,11 @@ def _fill_tools(traces: QuerySet[Trace], versions: list[GroupStats], failing: li
         by_version[version].tools[name].error_examples = sorted(trace_ids)
 
 
-def compute_monitor(
+def monitor_of_traces(
     *, traces: QuerySet[Trace], bucket: str = "day", per_tool: bool = True
 ) -> Monitor:
-    """Per-version and per-bucket stats of these traces (a project's, already filtered).
+    """Per-version and per-bucket stats of these traces (a project's, already filtered),
+    summed over every one of them.
 
     `per_tool=False` skips the per-tool figures, for pages that show none.
     """
@@ -358,6 +374,114 @@ def compute_monitor(
         if per_tool and versions:
             _fill_tools(traces, versions, failing)
     return Monitor(bucket=bucket, versions=versions, series=series)
+
+
+# The trace filters the rollups answer: they hold sums per version, hour and termination.
+ROLLUP_FILTERS = {"model", "adapter", "termination", "since", "until", "sort", "bucket"}
+
+
+def compute_monitor(
+    *, project: Project, filters: dict | None = None, bucket: str = "day", per_tool: bool = True
+) -> Monitor:
+    """Per-version and per-bucket stats of the project's traces that match `filters` (cleaned
+    TraceFilterForm data): from the rollups where the filters allow, else over the traces.
+    Either way the figures are the same (tests/reviewapp/test_rollups.py).
+
+    `per_tool=False` skips the per-tool figures, for pages that show none.
+    """
+    filters = {name: value for name, value in (filters or {}).items() if value}
+    traces = filtered_traces(project, filters).order_by()
+    if set(filters) - ROLLUP_FILTERS or not _hours_make_days():
+        return monitor_of_traces(traces=traces, bucket=bucket, per_tool=per_tool)
+    trunc = BUCKETS[bucket]
+    rollups = TraceRollup.objects.filter(project=project, **_rollup_filters(filters))
+    rows = (
+        rollups.annotate(period=trunc("bucket"))
+        .values("model", "adapter_version", "period", "termination")
+        .annotate(**{f"sum_{name}": aggregate for name, aggregate in _ROLLUP_SUMS.items()})
+    )
+    feedback = Feedback.objects.filter(
+        trace__project=project,
+        **_rollup_filters(filters, prefix="trace__", time_field="received_at"),
+    )
+    versions, series = _fold([_unprefixed(row) for row in rows], _with_feedback(feedback, trunc))
+    if per_tool and versions:
+        _rolled_up_tools(project, filters, traces, versions)
+    return Monitor(bucket=bucket, versions=versions, series=series)
+
+
+_ROLLUP_SUMS = {
+    "traces": Sum("traces"),
+    "first_seen": Min("first_seen"),
+    "tool_calls": Sum("tool_calls"),
+    "succeeded": Sum("succeeded"),
+    "unsuccessful": Sum("unsuccessful"),
+    "tokens_total": Sum("tokens_total"),
+    "tokens_reported": Sum("tokens_reported"),
+    "reward_total": Sum("reward_total"),
+    "rewarded": Sum("rewarded"),
+    "tool_result_sum": Sum("tool_results"),
+    "tool_error_sum": Sum("tool_errors"),
+    "answers": Sum("answers"),
+    "answer_words": Sum("answer_words"),
+    "truncated_replies": Sum("truncated_replies"),
+}
+
+
+def _unprefixed(row: dict) -> dict:
+    return {name.removeprefix("sum_"): value for name, value in row.items()}
+
+
+def _hours_make_days() -> bool:
+    """Whether the rollups' UTC hours fall whole into the current time zone's days (every
+    zone but those half or quarter of an hour off UTC)."""
+    offset = timezone.localtime().utcoffset() or timedelta()
+    return offset % timedelta(hours=1) == timedelta()
+
+
+def _day_start(day) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
+
+
+def _rollup_filters(filters: dict, *, prefix: str = "", time_field: str = "bucket") -> dict:
+    """The ROLLUP_FILTERS as lookups on a rollup's columns (or a trace's, through `prefix`).
+
+    A trace's bucket is the hour it was received in, and a day starts on the hour, so
+    `bucket >= start of day` holds for exactly the traces received since then."""
+    lookups = {}
+    if filters.get("model"):
+        lookups["model"] = filters["model"]
+    if filters.get("adapter"):
+        adapter = filters["adapter"]
+        lookups["adapter_version"] = "" if adapter == BASE_ADAPTER else adapter
+    if filters.get("termination"):
+        lookups["termination__in"] = filters["termination"]
+    if filters.get("since"):
+        lookups[f"{time_field}__gte"] = _day_start(filters["since"])
+    if filters.get("until"):
+        lookups[f"{time_field}__lt"] = _day_start(filters["until"]) + timedelta(days=1)
+    return {f"{prefix}{name}": value for name, value in lookups.items()}
+
+
+def _rolled_up_tools(
+    project: Project, filters: dict, traces: QuerySet[Trace], versions: list[GroupStats]
+) -> None:
+    """Each version's results and errors per tool from the rollups, and the newest failing
+    traces from the traces (newest first, by the failing-traces index)."""
+    by_version = {group.version: group for group in versions}
+    totals = (
+        ToolRollup.objects.filter(project=project, **_rollup_filters(filters))
+        .values("model", "adapter_version", "tool")
+        .annotate(results=Sum("results"), errors=Sum("errors"))
+    )
+    failing = []
+    for row in totals:
+        tool = by_version[Version(row["model"], row["adapter_version"])].tools[row["tool"]]
+        tool.calls, tool.errors = row["results"], row["errors"]
+        if row["errors"]:
+            failing.append((row["model"], row["adapter_version"], row["tool"], row["errors"]))
+    for (version, name), trace_ids in _newest_failing(traces, failing).items():
+        by_version[version].tools[name].error_examples = sorted(trace_ids)
 
 
 def _without_jit() -> None:

@@ -13,7 +13,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from reviewapp.charts import multi_line_chart, stacked_bar_chart
-from reviewapp.filters import filtered_traces
 from reviewapp.forms import MonitorForm
 from reviewapp.gateway.refusals import recent_refusals
 from reviewapp.models import Project, TargetState, Termination
@@ -159,7 +158,7 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
         # Hours over a project's whole life would be thousands of points per line.
         filters["since"] = timezone.localdate() - timedelta(days=HOUR_BUCKET_DAYS - 1)
     monitor = compute_monitor(
-        traces=filtered_traces(project, filters), bucket=filters.get("bucket") or "day"
+        project=project, filters=filters, bucket=filters.get("bucket") or "day"
     )
     policy, policy_error = _policy(project)
     page_filters = _page_filters(request, form) if valid else {}
@@ -212,7 +211,7 @@ def dataset(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect("dataset", slug=slug)
         status = 422
     training_set = build_training_set(project=project, policy=policy)
-    monitor = compute_monitor(traces=project.traces.all(), per_tool=False)
+    monitor = compute_monitor(project=project, per_tool=False)
     excluded = policy.excluded_terminations()
     context = {
         **_base_context(membership),

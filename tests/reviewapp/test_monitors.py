@@ -8,7 +8,12 @@ from reviewapp.models import Trace
 from reviewapp.services import monitors
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.monitors import Version, compute_monitor, evidence_url
+from reviewapp.services.monitors import (
+    Version,
+    compute_monitor,
+    evidence_url,
+    monitor_of_traces,
+)
 from tests.factories import make_trace
 from tests.reviewapp.scenarios import SHORT_ANSWER, play
 
@@ -36,7 +41,7 @@ def test_tool_error_rate_and_answer_length_per_version_match_the_harness(
     project, tool_failure_scenario
 ):
     v1, v2 = tool_failure_scenario
-    monitor = compute_monitor(traces=Trace.objects.filter(project=project))
+    monitor = compute_monitor(project=project)
     assert [group.version.label for group in monitor.versions] == ["acme-v1", "acme-v2"]
     old, new = _by_label(monitor)["acme-v1"], _by_label(monitor)["acme-v2"]
     assert (old.traces, new.traces) == (40, 40)
@@ -63,7 +68,7 @@ def test_timeout_rate_per_version_matches_the_harness(project, api_key):
         project=project, api_key=api_key, adapter_version="acme-v2", episodes=30,
         tool_latency=1.0, slow_tool_rate=0.3, time_budget=0.05, seed=4,
     )  # fmt: skip
-    monitor = compute_monitor(traces=Trace.objects.filter(project=project))
+    monitor = compute_monitor(project=project)
     old, new = _by_label(monitor)["acme-v1"], _by_label(monitor)["acme-v2"]
     timeouts = sum(result.termination == "timeout" for result in slow)
     assert old.timeout_rate == 0.0
@@ -75,7 +80,7 @@ def test_timeout_rate_per_version_matches_the_harness(project, api_key):
 
 def test_each_bucket_holds_its_versions_traces(project, api_key):
     play(project=project, api_key=api_key, adapter_version="acme-v1", episodes=6, seed=5)
-    monitor = compute_monitor(traces=Trace.objects.filter(project=project), bucket="hour")
+    monitor = compute_monitor(project=project, bucket="hour")
     [group] = monitor.series
     assert (group.version.label, group.traces) == ("acme-v1", 6)
     assert group.tool_results == sum(trace.tool_result_count for trace in Trace.objects.all())
@@ -93,7 +98,7 @@ def test_feedback_rate_success_and_reward_come_from_the_columns(project):
         ],
     )
     record_feedback(trace=project.traces.get(external_id="b"), text="Wrong.", turn=4)
-    [group] = compute_monitor(traces=Trace.objects.filter(project=project)).versions
+    [group] = compute_monitor(project=project).versions
     assert group.version == Version("SmolLM2-135M-Instruct", "")
     assert group.feedback_rate == 0.25
     assert (group.succeeded, group.failed) == (1, 2)  # the timeout counts as a failure
@@ -123,7 +128,7 @@ def _bulk_traces(project, count: int, *, adapter_version: str, failing_every: in
 def test_tool_figures_are_exact_over_more_traces_than_a_sample_would_read(project):
     _bulk_traces(project, 2100, adapter_version="acme-v1", failing_every=7)
     _bulk_traces(project, 2300, adapter_version="acme-v2", failing_every=2)
-    monitor = compute_monitor(traces=Trace.objects.filter(project=project))
+    monitor = monitor_of_traces(traces=Trace.objects.filter(project=project))
     old, new = _by_label(monitor)["acme-v1"], _by_label(monitor)["acme-v2"]
     assert (old.tools["lookup"].calls, old.tools["lookup"].errors) == (2100, 300)
     assert (new.tools["lookup"].calls, new.tools["lookup"].errors) == (2300, 1150)
@@ -142,7 +147,7 @@ def test_tool_figures_are_exact_over_more_traces_than_a_sample_would_read(projec
 def test_tool_figures_follow_the_filters(project):
     _bulk_traces(project, 30, adapter_version="acme-v1", failing_every=3)
     traces = Trace.objects.filter(project=project, external_id__endswith="0")
-    [group] = compute_monitor(traces=traces).versions
+    [group] = monitor_of_traces(traces=traces).versions
     assert (group.traces, group.tools["lookup"].calls, group.tools["lookup"].errors) == (3, 3, 1)
 
 
@@ -161,7 +166,7 @@ def test_a_tool_only_old_traces_called_is_still_counted(project, monkeypatch):
     Trace.objects.filter(external_id="acme-v1-1").update(
         tool_results={"archive": 4}, tool_result_count=4
     )
-    [group] = compute_monitor(traces=Trace.objects.filter(project=project)).versions
+    [group] = monitor_of_traces(traces=Trace.objects.filter(project=project)).versions
     assert group.tools["archive"].calls == 4
     assert (group.tools["lookup"].calls, group.tools["lookup"].errors) == (9, 4)
     assert group.tools["ship"].calls == 9
@@ -172,7 +177,7 @@ def test_a_tool_that_failed_long_ago_still_links_its_failing_trace(project, monk
     _bulk_traces(project, 12, adapter_version="acme-v1", failing_every=1)
     old = Trace.objects.get(external_id="acme-v1-0")
     Trace.objects.filter(pk=old.pk).update(tool_errors={"lookup": 1, "ship": 1}, tool_error_count=2)
-    [group] = compute_monitor(traces=Trace.objects.filter(project=project)).versions
+    [group] = monitor_of_traces(traces=Trace.objects.filter(project=project)).versions
     assert group.tools["ship"].error_examples == [old.pk]
     assert group.tools["lookup"].error_examples == sorted(
         Trace.objects.order_by("-id").values_list("id", flat=True)[:5]

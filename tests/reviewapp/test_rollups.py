@@ -1,0 +1,275 @@
+"""The rollups equal a sum over every trace, after traces are written through the real paths
+(the ingest API, the gateway's recorder, the outcome endpoint) and after those traces change."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from reviewapp.filters import filtered_traces
+from reviewapp.models import RolledUpTrace, ToolRollup, Trace, TraceRollup
+from reviewapp.services.calls import RecordedCall, record_model_call
+from reviewapp.services.monitors import Monitor, compute_monitor, monitor_of_traces
+from reviewapp.services.rollups import rebuild_rollups, roll_up_traces
+from tests.factories import ApiClient, make_trace
+from tests.reviewapp.scenarios import SHORT_ANSWER, play
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _figures(monitor: Monitor) -> list:
+    """Everything a monitor shows, groups in order; the reward total rounded (float sums
+    taken in another order differ in the last bits)."""
+
+    def group(stats) -> tuple:
+        tools = {
+            name: (tool.calls, tool.errors, tool.error_examples)
+            for name, tool in stats.tools.items()
+        }
+        fields = {**vars(stats), "tools": tools, "reward_total": round(stats.reward_total, 9)}
+        return tuple(sorted(fields.items(), key=lambda item: item[0]))
+
+    return [[group(g) for g in monitor.versions], [group(g) for g in monitor.series]]
+
+
+def _assert_rollups_exact(project, **filters) -> None:
+    for bucket in ("day", "hour"):
+        from_rollups = compute_monitor(project=project, filters=filters, bucket=bucket)
+        over_traces = monitor_of_traces(traces=filtered_traces(project, filters), bucket=bucket)
+        assert from_rollups.versions, "nothing to compare"
+        assert _figures(from_rollups) == _figures(over_traces)
+
+
+def _rows() -> tuple[list, list]:
+    trace_rows = sorted(
+        tuple(row.values())
+        for row in TraceRollup.objects.values(
+            "project", "model", "adapter_version", "bucket", "termination", "traces",
+            "first_seen", "succeeded", "unsuccessful", "tool_calls", "tokens_total",
+            "tokens_reported", "rewarded", "tool_results", "tool_errors", "answers",
+            "answer_words", "truncated_replies",
+        )
+    )  # fmt: skip
+    tool_rows = sorted(
+        tuple(row.values())
+        for row in ToolRollup.objects.values(
+            "project", "model", "adapter_version", "bucket", "termination", "tool", "results",
+            "errors",
+        )
+    )  # fmt: skip
+    return trace_rows, tool_rows
+
+
+def _assert_same_as_rebuilt() -> None:
+    kept = _rows()
+    rebuild_rollups()
+    assert kept == _rows()
+
+
+def _call(project, *, trace_id: str, messages: list, answer: dict, termination="completed"):
+    return RecordedCall(
+        project_id=project.pk,
+        trace_id_header=trace_id,
+        requested_model="acme-agent",
+        upstream_model="acme-v9",
+        adapter_version="acme-v9",
+        upstream_url="in-process",
+        stream=False,
+        request={"model": "acme-agent", "messages": messages},
+        response={
+            "choices": [{"index": 0, "message": answer, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 7},
+        },
+        status_code=200,
+        termination=termination,
+        error="",
+        started_at=datetime.now(UTC),
+        latency_ms=1.0,
+        time_to_first_token_ms=None,
+    )
+
+
+TOOL_CALL = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    ],
+}
+
+
+@pytest.fixture
+def written(project, api_key):
+    """Traces from the ingest API, the gateway's recorder (two harness versions, with tool
+    failures) and the outcome endpoint."""
+    api = ApiClient(api_key)
+    pushed = [
+        make_trace("p-1"),
+        make_trace("p-2", termination="timeout", outcome={"success": False}),
+        make_trace("p-3", termination="truncated", outcome=None, usage={"completion_tokens": 9}),
+    ]
+    assert api.post("/api/v1/traces", {"traces": pushed}).status_code == 207
+    play(project=project, api_key=api_key, adapter_version="acme-v1", episodes=6, seed=1)
+    play(
+        project=project, api_key=api_key, adapter_version="acme-v2", answer=SHORT_ANSWER,
+        episodes=6, tool_failure_rate=0.4, seed=2,
+    )  # fmt: skip
+    return api
+
+
+def test_rollups_equal_the_sum_over_every_trace(project, written):
+    _assert_rollups_exact(project)
+    _assert_same_as_rebuilt()
+
+
+def test_rollups_answer_the_version_termination_and_date_filters_exactly(project, written):
+    _assert_rollups_exact(project, adapter="acme-v2")
+    _assert_rollups_exact(project, model="SmolLM2-135M-Instruct", adapter="base")
+    _assert_rollups_exact(project, termination=["completed", "timeout"])
+    _assert_rollups_exact(project, since=date.today(), until=date.today())
+
+
+def test_rollups_follow_an_outcome_that_changes_a_trace(project, written):
+    response = written.post(
+        "/api/v1/traces/p-1/outcome", {"termination": "tool_error", "success": False}
+    )
+    assert response.status_code == 200
+    [group] = [
+        g for g in compute_monitor(project=project).versions if g.version.model != "acme-agent"
+    ]
+    assert group.terminations == {"tool_error": 1, "timeout": 1, "truncated": 1}
+    _assert_rollups_exact(project)
+    _assert_same_as_rebuilt()
+
+
+def test_rollups_follow_a_recorded_episode_whose_facts_and_termination_change(project, written):
+    question = [{"role": "user", "content": "Where is my order?"}]
+    record_model_call(_call(project, trace_id="ep-1", messages=question, answer=TOOL_CALL))
+    before = compute_monitor(project=project)
+    failed = [
+        *question,
+        TOOL_CALL,
+        {"role": "tool", "tool_call_id": "c1", "content": "Error: down"},
+    ]
+    answer = {"role": "assistant", "content": "Sorry, the lookup is down."}
+    record_model_call(
+        _call(project, trace_id="ep-1", messages=failed, answer=answer, termination="timeout")
+    )
+    [group] = [g for g in compute_monitor(project=project).versions if g.version.label == "acme-v9"]
+    assert (group.traces, group.terminations) == (1, {"timeout": 1})
+    assert (group.tools["lookup"].calls, group.tools["lookup"].errors) == (1, 1)
+    assert group.words_per_answer == 5.0
+    assert [g.version.label for g in before.versions] == [
+        g.version.label for g in compute_monitor(project=project).versions
+    ]
+    _assert_rollups_exact(project)
+    _assert_same_as_rebuilt()
+
+
+def test_a_trace_moved_out_of_its_rows_leaves_them_their_own_first_trace(project, written):
+    first = Trace.objects.filter(adapter_version="acme-v1").order_by("received_at").first()
+    Trace.objects.filter(pk=first.pk).update(adapter_version="acme-v0")
+    roll_up_traces(trace_ids=[first.pk])
+    _assert_rollups_exact(project)
+    _assert_same_as_rebuilt()
+
+
+def test_a_deleted_trace_is_taken_out(project, written):
+    gone = Trace.objects.get(external_id="p-2")
+    gone_id = gone.pk
+    gone.delete()
+    roll_up_traces(trace_ids=[gone_id])
+    assert not RolledUpTrace.objects.filter(trace_id=gone_id).exists()
+    assert not TraceRollup.objects.filter(termination="timeout", model=gone.model).exists()
+    _assert_rollups_exact(project)
+    _assert_same_as_rebuilt()
+
+
+def test_filters_the_rollups_cannot_answer_sum_over_the_traces(project, written):
+    """Outcome and text are not in the rollups: the monitor reads the matching traces."""
+    TraceRollup.objects.all().delete()  # were they read, the figures would be empty
+    monitor = compute_monitor(project=project, filters={"outcome": "failure"})
+    assert monitor.versions
+    assert _figures(monitor) == _figures(
+        monitor_of_traces(traces=filtered_traces(project, {"outcome": "failure"}))
+    )
+
+
+def test_rebuild_fills_the_rollups_of_traces_stored_before_them(project, written):
+    kept = _rows()
+    for model in (TraceRollup, ToolRollup, RolledUpTrace):
+        model.objects.all().delete()
+    assert compute_monitor(project=project).versions == []
+    rebuild_rollups(project_ids=[project.pk])
+    assert _rows() == kept
+    _assert_rollups_exact(project)
+
+
+def test_a_trace_received_late_in_the_day_is_in_that_day(project):
+    late = datetime(2026, 3, 1, 23, 59, 59, tzinfo=UTC)
+    trace = Trace.objects.create(
+        project=project, external_id="late", source="api", body=b"", content_hash="x",
+        received_at=late, tool_results={"lookup": 2}, tool_result_count=2,
+    )  # fmt: skip
+    roll_up_traces(trace_ids=[trace.pk])
+    [group] = compute_monitor(project=project, filters={"since": late.date()}).series
+    assert group.bucket == datetime(2026, 3, 1, tzinfo=UTC)
+    assert (
+        compute_monitor(project=project, filters={"since": late.date() + timedelta(1)}).versions
+        == []
+    )
+    _assert_rollups_exact(project, until=late.date())
+
+
+SQLITE_SCRIPT = """
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from reviewapp.filters import filtered_traces
+from reviewapp.services.ingest import ingest_traces
+from reviewapp.services.monitors import compute_monitor, monitor_of_traces
+from reviewapp.services.projects import create_project
+from reviewapp.services.rollups import rebuild_rollups
+from reviewapp.models import TraceRollup, ToolRollup
+from tests.factories import make_trace
+project = create_project(slug="acme", name="Acme")
+ingest_traces(project=project, raw_items=[
+    make_trace("a"), make_trace("b", termination="timeout"),
+    make_trace("c", messages=[{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "x", "content": "Error: no such order"},
+        {"role": "assistant", "content": "Sorry."}]),
+])
+rows = lambda: (sorted(TraceRollup.objects.values_list("termination", "traces", "tool_results")),
+                sorted(ToolRollup.objects.values_list("tool", "results", "errors")))
+kept = rows()
+rebuild_rollups()
+assert rows() == kept, (rows(), kept)
+[group] = compute_monitor(project=project).versions
+[direct] = monitor_of_traces(traces=filtered_traces(project, {})).versions
+assert group == direct, (group, direct)
+print("sqlite", group.traces, dict(group.tools["lookup"].__dict__))
+"""
+
+
+@pytest.mark.slow
+def test_migration_and_rollups_on_sqlite(tmp_path):
+    """The migration on an empty SQLite database, then the rollups there (JSON and upserts in
+    SQLite's dialect) against the sum over the traces."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "reviewapp.settings",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SQLITE_SCRIPT)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sqlite 3 {'calls': 1, 'errors': 1" in result.stdout
