@@ -13,8 +13,8 @@ For each kind of feedback (form, length, ending, tone, content, format), as a te
   the feedback, after the 4 corrections as worked examples) sampled until a revision passes the
   check or 16 samples are spent, the best passing one approved ("checks pass" auto-approve);
 - one run with default settings (TrainingConfig()), the forgetting guard's replay set included,
-  then the gate as the worker runs it (training/evaluation.py + training/gate.py) on the final
-  adapter (the worker would also try an earlier checkpoint when the final one fails);
+  then the gate as the worker runs it (training/candidates.py: the final adapter, then an
+  earlier checkpoint when the final one fails; the one that passes is what would deploy);
 - 8 held-out questions never reviewed: adherence to the feedback of the base, of the base with
   the feedback as its system prompt (what a user would try first) and of the adapter; and the
   general regression facts, base vs adapter.
@@ -38,12 +38,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from training.base_models import resolve_base_model
+from training.candidates import choose_candidate
 from training.chat import render_prompt
 from training.checks import evaluate_checks
 from training.config import TrainingConfig
 from training.eval_sets import general_regression_items
 from training.evaluation import evaluate_adapter
-from training.gate import GateThresholds, gate_decision
+from training.gate import GateThresholds
 from training.replay import base_replay_examples
 from training.sampling import generate_replies
 from training.targets import TransformersTeacher, WorkedExample, hint_context, propose_targets
@@ -197,16 +198,6 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
 
     replay = base_replay_examples(base, tokenizer, cache_dir=cache_dir)[: config.replay_examples]
     model = add_lora(base, config)
-    with tempfile.TemporaryDirectory() as checkpoints:  # the default run writes checkpoints
-        result = train(
-            model,
-            tokenizer,
-            config,
-            examples=examples,
-            replay=replay,
-            checkpoint_dir=Path(checkpoints),
-        )
-
     feedback_items = [
         {
             "context": user(question),
@@ -217,8 +208,27 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
         }
         for question, original in zip(TRAIN_QUESTIONS, originals, strict=True)
     ]
-    report = evaluate_adapter(model, tokenizer, feedback_items, general_regression_items())
-    passes, reason = gate_decision(report, GateThresholds())
+    regression_items = general_regression_items()
+    base_side: dict = {}  # the base's replies, answered once for every candidate
+    with tempfile.TemporaryDirectory() as checkpoints:  # the default run writes checkpoints
+        result = train(
+            model,
+            tokenizer,
+            config,
+            examples=examples,
+            replay=replay,
+            checkpoint_dir=Path(checkpoints),
+        )
+        report, candidates = choose_candidate(
+            model,
+            config,
+            result,
+            evaluate=lambda: evaluate_adapter(
+                model, tokenizer, feedback_items, regression_items, base_side
+            ),
+            thresholds=GateThresholds(),
+        )
+    chosen = next(candidate for candidate in candidates if candidate["chosen"])
     elapsed = time.monotonic() - started
 
     held_out = [user(q) for q in HELD_OUT_QUESTIONS]
@@ -233,7 +243,12 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
         "kind": kind.name,
         "targets": f"{len(examples)} (4 corrections + {teacher_passed}/12 from the teacher)",
         "steps": result.steps,
-        "deployed": "yes" if passes else f"no: {reason}",
+        "deployed": (
+            f"yes (step {chosen['step']})" if chosen["passed"] else f"no: {chosen['reason']}"
+        ),
+        "candidates": "; ".join(
+            f"step {c['step']}: {'passed' if c['passed'] else c['reason']}" for c in candidates
+        ),
         "base": adherence(base_replies, kind.check),
         "system_prompt": adherence(prompted, kind.check),
         "adapter": adherence(adapter_replies, kind.check),
@@ -270,6 +285,7 @@ def main() -> None:
             f"{row['targets']}  {row['steps']}  {row['minutes']:.1f} ({row['targets_min']:.1f})",
             flush=True,
         )
+        print(f"           candidates: {row['candidates']}", flush=True)
         print(f"           e.g. {row['example']!r}", flush=True)
 
 

@@ -57,6 +57,7 @@ def checkpoint_dir(run: TrainingRun) -> Path:
 def _execute(run: TrainingRun) -> str:
     from training.adapters import write_adapter
     from training.base_models import resolve_base_model
+    from training.candidates import choose_candidate
     from training.replay import base_replay_examples
     from training.trainer import add_lora, checkpoint_loss_curve, load_base_model, train
 
@@ -108,9 +109,8 @@ def _execute(run: TrainingRun) -> str:
 
     move(run.pk, source=RunStatus.TRAINING, target=RunStatus.EVALUATING)
     base_side: dict = {}  # the base's replies, answered once for every candidate
-    report, candidates = _choose_candidate(
+    report, candidates = choose_candidate(
         model,
-        tokenizer,
         config,
         result,
         evaluate=lambda: _evaluate(
@@ -159,52 +159,6 @@ def _execute(run: TrainingRun) -> str:
         )
         TrainingRun.objects.filter(pk=run.pk).update(metrics=metrics, loss_curve=result.loss_curve)
     return _gate_and_deploy(run, adapter, metrics)
-
-
-def _choose_candidate(model, tokenizer, config, result, *, evaluate, thresholds):
-    """Evaluate the final adapter, then earlier checkpoints, until one passes the gate; the
-    model is left holding the chosen one (the final one when none passes). Returns the chosen
-    one's report and a row per candidate tried, for the run page."""
-    from training.gate import gate_decision
-    from training.trainer import adapter_weights, checkpoint_step, load_adapter_weights
-
-    earlier = sorted(
-        (
-            c
-            for c in result.checkpoints
-            if checkpoint_step(c) <= result.steps - config.save_every_steps
-        ),
-        key=checkpoint_step,
-        reverse=True,
-    )
-    final = adapter_weights(model)
-    tried: list[tuple[int, dict, bool, str]] = []
-    for step, weights in [(result.steps, None), *((checkpoint_step(c), c) for c in earlier)]:
-        if len(tried) == config.gate_candidates:
-            break
-        if weights is not None:
-            load_adapter_weights(model, weights)
-        report = evaluate()
-        passes, reason = gate_decision(report, thresholds)
-        tried.append((step, report, passes, reason))
-        if passes:
-            break
-    chosen = next((row for row in tried if row[2]), tried[0])
-    if chosen[0] != tried[-1][0]:  # none passed: keep the final adapter, for inspection
-        load_adapter_weights(model, final)
-    candidates = [
-        {
-            "step": step,
-            "chosen": step == chosen[0],
-            "passed": passes,
-            "reason": reason,
-            "feedback_items": report["feedback_items"],
-            "held_out": (report.get("held_out") or {}).get("summary"),
-            "regression": report["regression"]["summary"],
-        }
-        for step, report, passes, reason in tried
-    ]
-    return chosen[1], candidates
 
 
 def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
@@ -311,7 +265,7 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cach
 def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
     """Only an adapter that passes the gate serves traffic; a failed deploy changes no route.
 
-    The gate's decision is the chosen candidate's (made once, in _choose_candidate)."""
+    The gate's decision is the chosen candidate's (made once, in choose_candidate)."""
     from training.deploy import DeployError
 
     project_settings = settings_for(run.project)
