@@ -7,10 +7,13 @@ Run from the repository root, with PostgreSQL reachable:
 It loads the same synthetic traces as bench/dashboard.py (COPY, summary columns as ingest
 computes them, small compressed bodies, reviewer feedback on 2%) with per-trace facts (tool
 results and errors per tool, answers and their words) drawn here and tallied as they are drawn,
-ANALYZEs, checks that the monitor's per-tool figures equal the tallies exactly, then times
-`compute_monitor` per day and per hour (with and without the per-tool figures), the alerts, and
-the monitors page through Django's test client. The baseline, measured in the same run, is the
-cheapest grouped query that could back the page: trace counts per model version.
+then fills the rollups the monitors read (COPY bypasses the writers that keep them, so this is
+the backfill migration 0021 runs, timed), ANALYZEs, checks that the monitor's per-tool figures
+equal the tallies exactly and that every figure equals the sum over every trace, then times
+`compute_monitor` per day and per hour (with and without the per-tool figures), the same sum
+over every trace (what the page read before the rollups), the alerts, and the monitors page
+through Django's test client. The baseline, measured in the same run, is the cheapest grouped
+query over the traces that could back the page: trace counts per model version.
 """
 
 import argparse
@@ -157,6 +160,14 @@ def check_exact(monitor, tally: Tally) -> int:
     return len(tally.results)
 
 
+def figures(monitor) -> list:
+    """Every group of a monitor as plain values, reward totals rounded to 9 places."""
+    return [
+        {**vars(group), "tools": dict(group.tools), "reward_total": round(group.reward_total, 9)}
+        for group in [*monitor.versions, *monitor.series]
+    ]
+
+
 def statements_of(action) -> list[tuple[float, str]]:
     """(seconds, SQL) of each statement `action` runs."""
     from django.db import connection
@@ -182,10 +193,11 @@ def run(config: BenchConfig) -> None:
     from django.db.models import Count
     from django.test import Client
 
-    from reviewapp.models import Membership, Trace
+    from reviewapp.models import Membership, ToolRollup, Trace, TraceRollup
     from reviewapp.services.alerts import project_alerts
-    from reviewapp.services.monitors import compute_monitor
+    from reviewapp.services.monitors import compute_monitor, monitor_of_traces
     from reviewapp.services.projects import create_project
+    from reviewapp.services.rollups import rebuild_rollups
 
     project = create_project(slug="bench", name="Bench")
     reviewer = get_user_model().objects.create_user("rita", password="bench-only")
@@ -195,19 +207,35 @@ def run(config: BenchConfig) -> None:
         project_id=project.pk, count=config.traces, seed=config.seed, tally=tally
     )
     tags, feedback = copy_reviews(project=project, reviewer=reviewer, seed=config.seed)
+    print(f"loaded {config.traces} traces in {seconds:.1f}s ({tags} tags, {feedback} feedback)")
+    started = time.perf_counter()
+    rebuild_rollups(project_ids=[project.pk])
+    print(
+        f"rollups backfilled in {time.perf_counter() - started:.1f}s: "
+        f"{TraceRollup.objects.filter(project=project).count():,} rows, "
+        f"{ToolRollup.objects.filter(project=project).count():,} per-tool rows"
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    print(f"loaded {config.traces} traces in {seconds:.1f}s ({tags} tags, {feedback} feedback)")
 
     traces = Trace.objects.filter(project=project)
     client = Client()
     client.force_login(reviewer)
-    monitor = compute_monitor(traces=traces)
+    monitor = compute_monitor(project=project)
     exact = check_exact(monitor, tally)
     print(
         f"{len(monitor.versions)} versions, {len(monitor.buckets)} day buckets; per-tool figures "
         f"exact: {exact} (version, tool) pairs, {sum(tally.results.values()):,} tool results and "
         f"{sum(tally.errors.values()):,} errors, equal to the drawn tallies"
+    )
+    for bucket in ("day", "hour"):
+        over_traces = monitor_of_traces(traces=traces, bucket=bucket)
+        from_rollups = figures(compute_monitor(project=project, bucket=bucket))
+        if from_rollups != figures(over_traces):
+            raise RuntimeError(f"the rollups' monitor per {bucket} differs from the traces'")
+    print(
+        "every figure of the monitor per day and per hour equals the sum over every trace "
+        "(reward totals to 9 places: float sums in another order differ in the last bits)"
     )
     worst = max(
         ((group.version.label, name, tool) for group in monitor.versions
@@ -221,7 +249,7 @@ def run(config: BenchConfig) -> None:
     )
 
     print("statements of one monitor per day:")
-    for seconds, statement in statements_of(lambda: compute_monitor(traces=traces)):
+    for seconds, statement in statements_of(lambda: compute_monitor(project=project)):
         print(f"  {1000 * seconds:8.1f} ms  {' '.join(statement.split())[:90]}")
 
     def page() -> None:
@@ -232,9 +260,10 @@ def run(config: BenchConfig) -> None:
         "baseline: count per version": lambda: list(
             traces.order_by().values("model", "adapter_version").annotate(n=Count("id"))
         ),
-        "monitor per day, no per-tool": lambda: compute_monitor(traces=traces, per_tool=False),
-        "monitor per day": lambda: compute_monitor(traces=traces),
-        "monitor per hour": lambda: compute_monitor(traces=traces, bucket="hour"),
+        "sum over every trace, per day": lambda: monitor_of_traces(traces=traces),
+        "monitor per day, no per-tool": lambda: compute_monitor(project=project, per_tool=False),
+        "monitor per day": lambda: compute_monitor(project=project),
+        "monitor per hour": lambda: compute_monitor(project=project, bucket="hour"),
         "alerts": lambda: project_alerts(project=project),
         "monitors page (GET)": page,
     }

@@ -202,8 +202,13 @@ def _fold(rows, feedback, tool_names: list[str] = ()) -> tuple[list[GroupStats],
         version = Version(row["trace__model"], row["trace__adapter_version"])
         series[(version, row["period"])].with_feedback += row["traces"]
         versions[version].with_feedback += row["traces"]
-    ordered_versions = sorted(versions.values(), key=lambda g: (g.first_seen, g.version.label))
-    ordered_series = sorted(series.values(), key=lambda g: (g.bucket, g.version.label))
+    # A label names an adapter whatever model served it: the model breaks ties.
+    ordered_versions = sorted(
+        versions.values(), key=lambda g: (g.first_seen, g.version.label, g.version.model)
+    )
+    ordered_series = sorted(
+        series.values(), key=lambda g: (g.bucket, g.version.label, g.version.model)
+    )
     return ordered_versions, ordered_series
 
 
