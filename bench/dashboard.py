@@ -4,8 +4,9 @@ Run from the repository root, with PostgreSQL reachable:
 
     python bench/dashboard.py --traces 1000000
 
-It creates a scratch database, loads the traces with COPY (summary columns as ingest computes
-them, a small compressed body, some tags and feedback), ANALYZEs, then times the pages through
+It creates a scratch database, loads the traces with COPY (summary columns and the searched text
+as ingest computes them, a small compressed body, some tags and feedback), ANALYZEs, then times
+the pages through
 Django's test client as a logged-in reviewer. The baseline, measured in the same run, is the
 page's own database work: the list's queryset evaluated alone and its EXPLAIN ANALYZE, and for
 the trace page loading and unpacking the body, so what the view and template add is visible.
@@ -115,6 +116,26 @@ REQUESTS = [
 ]
 RARE_WORD = "Oslo"  # in about 1 preview in 500: what a reviewer searching for something types
 ABSENT_WORD = "zanzibar"  # in none: the search reads every row
+ANSWERS = [
+    "Order {n} was delivered yesterday; the courier left it with a neighbour.",
+    "I have refunded order {n}. The money is back on your card within 3-5 business days.",
+    "The failing test in module {n} expected the old column name; I renamed it and it passes.",
+    "Ticket {n}: the nightly import stopped after the schema change, nothing was lost.",
+    "The discount code expired before order {n} was placed, so I applied it by hand.",
+    "I could not finish: the lookup for order {n} failed twice, please check the service.",
+]
+# What the order tool answers when it fails: the common errors, and a rare one only ever seen
+# in a tool result (never in an answer or a first message), as a reviewer would paste it.
+TOOL_ERRORS = [
+    "Error: upstream timed out after 30 s",
+    'Error: 404 {"error": "order not found"}',
+    "Error: rate limited by the order service, retry after 2 s",
+]
+RARE_TOOL_ERROR = "ledger shard 7 unreachable"  # in about 1 trace's tool output in 1000
+RARE_TOOL_ERROR_SHARE = 0.001
+# Its words and the common errors' words are in many rows, the phrase in none: the trigram
+# index finds candidates that each have to be read and rechecked.
+ABSENT_TOOL_ERROR = "refund timed out"
 TAG_NAMES = ["wrong-tool", "hallucination", "gave-up", "too-verbose", "unsafe", "loop"]
 COMMON_TAG, RARE_TAG = "wrong-tool", "unsafe"
 # Share of traces carrying each tag (put on by a reviewer); the rest carry none.
@@ -143,9 +164,40 @@ def _small_bodies(rng: random.Random) -> list[bytes]:
     return bodies
 
 
+def _searched_text(rng: random.Random, index: int, termination: str) -> str:
+    """The trace's `search_text` as ingest extracts it from its messages: tool errors first,
+    then the answers and tool calls (a successful tool result is not searched)."""
+    from reviewapp.services.ingest import search_text
+
+    order = f"A-{index}"
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": f'{{"order_id": "{order}"}}'},
+    }
+    if rng.random() < RARE_TOOL_ERROR_SHARE:
+        result = f"Error: {RARE_TOOL_ERROR} (code LX-4471), the refund was not booked"
+    elif termination == "tool_error":
+        result = rng.choice(TOOL_ERRORS)
+    else:
+        result = '{"status": "delivered"}'
+    return search_text(
+        [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+            {"role": "assistant", "content": rng.choice(ANSWERS).format(n=order)},
+        ]
+    )
+
+
 def trace_rows(project_id: int, count: int, seed: int) -> Iterator[dict]:
-    """Column values of `count` traces, oldest first, as ingest would have computed them."""
+    """Column values of `count` traces, oldest first, as ingest would have computed them.
+
+    The bodies are a few shared variants (the list never reads them); the searched text is
+    drawn per trace, from its own generator so the other columns are drawn as before.
+    """
     rng = random.Random(seed)
+    text_rng = random.Random(seed + 3)
     bodies = _small_bodies(rng)
     terminations = rng.choices(list(TERMINATIONS), weights=list(TERMINATIONS.values()), k=count)
     start = datetime(2025, 1, 1, tzinfo=UTC)
@@ -175,6 +227,7 @@ def trace_rows(project_id: int, count: int, seed: int) -> Iterator[dict]:
             "message_count": messages,
             "tool_call_count": messages // 3,
             "preview": preview,
+            "search_text": _searched_text(text_rng, index, terminations[index]),
             "body": bodies[index % BODY_VARIANTS],
             "content_hash": f"{index:064x}",
         }
@@ -349,7 +402,7 @@ def list_queryset(project, query: str):
     if params.get("cursor"):
         traces = after_cursor(traces, filters.get("sort") or "newest", params["cursor"])
     return (
-        traces.defer("body", "metadata")
+        traces.defer("body", "metadata", "search_text")
         .annotate(feedback_count=Count("feedback"))
         .prefetch_related(Prefetch("trace_tags", TraceTag.objects.select_related("tag")))[
             : PAGE_SIZE + 1
@@ -378,6 +431,7 @@ class ListCase:
     explain_ms: float
     plan: list[str]
     rows: int
+    marked: int  # rows showing where the text search matched
 
 
 def measure_list(*, client, project, name: str, query: str, repeats: int) -> ListCase:
@@ -386,10 +440,11 @@ def measure_list(*, client, project, name: str, query: str, repeats: int) -> Lis
     if response.status_code != 200:
         raise RuntimeError(f"{url} answered {response.status_code}")
     rows = response.content.count(b'<tr class="termination-')
+    marked = response.content.count(b"<mark>")
     requests = [timed(lambda: client.get(url, secure=True)) for _ in range(repeats)]
     queryset_alone = [timed(lambda: list(list_queryset(project, query))) for _ in range(repeats)]
     explain_ms, plan = explain(list_queryset(project, query))
-    return ListCase(name, query, requests, queryset_alone, explain_ms, plan, rows)
+    return ListCase(name, query, requests, queryset_alone, explain_ms, plan, rows, marked)
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -431,6 +486,8 @@ def run(config: BenchConfig) -> None:
         ("termination=timeout", urlencode({"termination": "timeout"})),
         (f"text q={RARE_WORD.lower()} (1 in 500)", urlencode({"q": RARE_WORD.lower()})),
         (f"text q={ABSENT_WORD} (no match)", urlencode({"q": ABSENT_WORD})),
+        ("tool error (1 in 1,000)", urlencode({"q": RARE_TOOL_ERROR})),
+        ("tool error, absent phrase", urlencode({"q": ABSENT_TOOL_ERROR})),
         (f"tag={COMMON_TAG} (2%)", urlencode({"tag": COMMON_TAG})),
         (f"tag={RARE_TAG} (0.05%)", urlencode({"tag": RARE_TAG})),
         ("cursor 90% deep", urlencode({"cursor": deep_cursor})),
@@ -468,21 +525,27 @@ def report_list(results: list[ListCase], config: BenchConfig) -> None:
         f"case; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}"
     )
     print(
-        f"  {'case':<30}{'rows':>5}{'page p50':>10}{'p95':>8}{'sql p50':>9}{'queries':>8}"
-        f"{'qs alone':>10}{'EXPLAIN':>9}{'page/qs':>9}"
+        f"  {'case':<30}{'rows':>5}{'marked':>7}{'page p50':>10}{'p95':>8}{'sql p50':>9}"
+        f"{'queries':>8}{'qs alone':>10}{'EXPLAIN':>9}{'page/qs':>9}"
     )
     for case in results:
         page_p50 = _ms(case.requests, 0.5)
         alone_p50 = _ms(case.queryset_alone, 0.5)
         print(
-            f"  {case.name:<30}{case.rows:>5}{page_p50:>10.1f}{_ms(case.requests, 0.95):>8.1f}"
-            f"{_ms(case.requests, 0.5, 'sql_seconds'):>9.1f}{case.requests[0].queries:>8}"
+            f"  {case.name:<30}{case.rows:>5}{case.marked:>7}{page_p50:>10.1f}"
+            f"{_ms(case.requests, 0.95):>8.1f}{_ms(case.requests, 0.5, 'sql_seconds'):>9.1f}"
+            f"{case.requests[0].queries:>8}"
             f"{alone_p50:>10.1f}{case.explain_ms:>9.1f}{page_p50 / alone_p50:>9.1f}"
         )
     print(
-        "  (ms; sql: time in SQL round trips during the request; qs alone: the page's queryset"
-        " and its tag prefetch, evaluated without the view; EXPLAIN: its main query's"
-        " execution time in PostgreSQL)"
+        "  (ms; marked: rows with a highlighted match; sql: time in SQL round trips during the"
+        " request; qs alone: the page's queryset and its tag prefetch, evaluated without the"
+        " view (a search's snippets take one more query in the view); EXPLAIN: its main"
+        " query's execution time in PostgreSQL)"
+    )
+    print(
+        f"  tool error: q={RARE_TOOL_ERROR!r}, only in tool results; absent phrase:"
+        f" q={ABSENT_TOOL_ERROR!r}, its words in many rows, the phrase in none"
     )
     for case in results:
         if case.explain_ms >= SLOW_QUERY_MS:
