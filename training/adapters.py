@@ -65,6 +65,7 @@ def write_adapter(
         }
         (partial / "lineage.json").write_text(json.dumps(lineage, indent=2, sort_keys=True))
         checksum = adapter_checksum(partial)
+        _readable_by_all(partial)
         # The lock makes "is the name free" and "take it" one step for every writer of this
         # root; os.rename alone would replace an empty directory of the same name.
         with FileLock(dest_root / ".write.lock"):
@@ -75,6 +76,14 @@ def write_adapter(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return AdapterInfo(path=destination, checksum=checksum)
+
+
+def _readable_by_all(adapter_dir: Path) -> None:
+    """mkdtemp makes the dir 0700 and safetensors writes 0600: on a shared adapter store the
+    model servers (often another user than the worker that trained) could not read it."""
+    for path in adapter_dir.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    adapter_dir.chmod(0o755)
 
 
 def adapter_checksum(adapter_dir: Path) -> str:

@@ -1,4 +1,5 @@
 import json
+import stat
 
 import pytest
 import torch
@@ -37,6 +38,14 @@ def test_adapter_dir_holds_weights_config_and_lineage(student, tmp_path):
     lineage = json.loads((info.path / "lineage.json").read_text())
     assert (lineage["target_ids"], lineage["run_id"], lineage["name"]) == ([3, 5], 7, "acme-v1")
     assert info.checksum == adapter_checksum(info.path)
+
+
+def test_the_adapter_is_readable_by_model_servers_running_as_another_user(student, tmp_path):
+    info = write_adapter(student, tmp_path, "acme-v1", CONFIG, target_ids=[])
+
+    assert stat.S_IMODE(info.path.stat().st_mode) == 0o755
+    for path in info.path.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name
 
 
 def test_written_adapter_loads_back_with_the_same_outputs(student, make_tiny_llama, tmp_path):
