@@ -301,7 +301,7 @@ class _Call:
             self.upstream_url = url
             try:
                 response = await self._post(client, stream=stream)
-            except httpx.ConnectError:
+            except (httpx.ConnectError, httpx.ConnectTimeout):  # nothing was sent: try the next
                 upstream_health.failed(url)
                 if attempt < len(servers):
                     continue

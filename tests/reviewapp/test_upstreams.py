@@ -5,6 +5,7 @@ Model servers are FAKE (tests/fake_upstream.py over real HTTP); one of them fail
 """
 
 import asyncio
+import socket
 
 import orjson
 import pytest
@@ -54,6 +55,18 @@ def failing():
     server.stop()
 
 
+@pytest.fixture
+def unreachable():
+    """A server whose machine is down without refusing: connection attempts time out. A real
+    listening socket whose accept queue is full (one connection held, never accepted), so the
+    kernel drops further connection attempts, as a dead host's network does."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    filler = socket.create_connection(listener.getsockname())
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    filler.close()
+    listener.close()
+
+
 def chat_calls(server: FakeUpstream) -> int:
     return sum(request["path"].endswith("/chat/completions") for request in server.requests)
 
@@ -101,6 +114,23 @@ async def test_a_failing_upstream_is_skipped_and_every_call_is_answered(healthy,
         assert (await chat(key)).status_code == 200
     assert chat_calls(failing) == 1  # failed once, then left alone for its cooldown
     assert chat_calls(healthy[0]) == 6
+    assert recorder.wait_until_idle(10)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_server_whose_connections_time_out_is_skipped_and_the_call_answered(
+    healthy, unreachable
+):
+    project = await sync_to_async(create_project)(slug="shop")
+    await sync_to_async(update_settings)(
+        project=project, changes={"upstreams": [unreachable, healthy[0].url]}
+    )
+    forget_cached_routes()
+    key = (await sync_to_async(create_api_key)(project=project))[1]
+    with override_settings(GATEWAY_CONNECT_TIMEOUT=0.3):
+        for _ in range(3):
+            assert (await chat(key)).status_code == 200
+    assert chat_calls(healthy[0]) == 3
     assert recorder.wait_until_idle(10)
 
 
