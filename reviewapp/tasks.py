@@ -5,9 +5,10 @@ Each takes ids and is idempotent: a rule looks at a trace once, and a trace whos
 text has not changed is not embedded again, so a second delivery does nothing.
 """
 
+import math
+
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
 
 from reviewapp.models import TriageRule
 from reviewapp.services import similarity, triage
@@ -41,24 +42,37 @@ def after_traces_changed(trace_ids: list[int]) -> None:
         embed_traces.delay_on_commit(trace_ids)
 
 
+@shared_task(name="reviewapp.settle_traces", bind=True, acks_late=True)
+def settle_traces(self, trace_ids: list[int]) -> int:
+    """Gateway traces quiet for GATEWAY_QUIET_SECONDS: pack their bodies, triage and embed them.
+    Those not quiet yet are looked at again when they could be. Returns how many settled (or
+    were gone)."""
+    return _settle_or_wait(trace_ids, force=bool(self.request.is_eager))
+
+
 @shared_task(name="reviewapp.settle_trace", bind=True, acks_late=True)
 def settle_trace(self, trace_id: int) -> bool:
-    """A gateway trace quiet for GATEWAY_QUIET_SECONDS: pack its body, triage and embed it.
-    Not quiet yet: look again when it could be. Returns whether it settled."""
-    from reviewapp.services.calls import settle_trace as settle  # calls imports this module
+    """One trace (tasks the recorder asked for one trace each may still be queued). Returns
+    whether it settled."""
+    return _settle_or_wait([trace_id], force=bool(self.request.is_eager)) == 1
 
-    wait = settle(trace_id=trace_id, force=bool(self.request.is_eager))
-    if wait is None:
-        return True
-    settle_trace.apply_async((trace_id,), countdown=wait)
-    return False
+
+def _settle_or_wait(trace_ids: list[int], *, force: bool) -> int:
+    """Settle the quiet ones; the others wait in one task per whole second still to wait (a
+    trace is looked at again up to a second late, never early)."""
+    from reviewapp.services.calls import settle_traces as settle  # calls imports this module
+
+    waits = settle(trace_ids=trace_ids, force=force)
+    later: dict[int, list[int]] = {}
+    for trace_id, wait in waits.items():
+        later.setdefault(math.ceil(wait), []).append(trace_id)
+    for seconds, ids in sorted(later.items()):
+        settle_traces.apply_async((ids,), countdown=seconds)
+    return len(trace_ids) - len(waits)
 
 
 def settle_when_quiet(trace_ids: list[int]) -> None:
-    """Settle recorded traces once they go quiet (the recorder asks once per quiet period)."""
-    for trace_id in trace_ids:
-        transaction.on_commit(
-            lambda trace_id=trace_id: settle_trace.apply_async(
-                (trace_id,), countdown=settings.GATEWAY_QUIET_SECONDS
-            )
-        )
+    """Ask one task to settle recorded traces once they have gone quiet (the recorder asks
+    once per quiet period per trace, after the calls are committed)."""
+    if trace_ids:
+        settle_traces.apply_async((trace_ids,), countdown=settings.GATEWAY_QUIET_SECONDS)

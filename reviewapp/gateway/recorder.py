@@ -1,9 +1,12 @@
 """Recording off the request path: the harness has its answer before anything is written.
 
-Calls go onto an in-process queue; one thread per process writes them, the calls queued
-meanwhile in one transaction (up to MAX_BATCH). A slow or briefly unavailable database delays
-recording, never the harness. A process killed with calls still queued loses those records (the
-harness got its answers); see docs/reliability.md.
+Calls go onto an in-process queue; one thread per process writes them in batches: a call, the
+calls that follow it within BATCH_WAIT_SECONDS and those queued meanwhile, in one transaction
+(up to MAX_BATCH). The traces those batches ask to settle are published together, one task at
+most every SETTLE_PUBLISH_SECONDS. A slow or briefly unavailable database delays recording,
+never the harness. A process killed with calls still queued loses those records (the harness
+got its answers), and the settle tasks not yet published (the next call of such a trace after
+its grace period asks again); see docs/reliability.md.
 """
 
 import itertools
@@ -15,12 +18,25 @@ import time
 from django.db import InterfaceError, OperationalError, connection
 
 from reviewapp.services.calls import RecordedCall, record_model_calls
+from reviewapp.tasks import settle_when_quiet
 
 logger = logging.getLogger(__name__)
 
 MAX_QUEUED_CALLS = 10_000
 # Calls written per transaction: one commit (and one INSERT per table) for a burst of calls.
 MAX_BATCH = 200
+# How long a batch waits for more calls after its first. A transaction and its INSERTs cost
+# about as much CPU for 20 calls as for one; waiting this long makes a steady stream of calls
+# into batches, at the price of recording each call up to this much later (the harness has its
+# answer before; see bench/README.md, gateway.py).
+BATCH_WAIT_SECONDS = 0.05
+# How long the traces to settle are collected before one task is published for them all:
+# publishing a task costs about 1 ms of CPU, as much as writing several calls.
+SETTLE_PUBLISH_SECONDS = 1.0
+# How long the writer keeps its database connection with nothing to write: a connection costs
+# ~2 ms of CPU to open, so one closed whenever the queue ran dry was reopened for almost every
+# batch of a steady trickle of calls.
+IDLE_CLOSE_SECONDS = 5.0
 # How long one record waits for an unavailable database (a restart, a failover) before it is
 # dropped; the calls behind it wait in the queue meanwhile.
 WRITE_RETRY_SECONDS = 60.0
@@ -32,6 +48,9 @@ class CallRecorder:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.dropped = 0
+        # The writer thread's own: traces committed batches asked to settle, and when to ask.
+        self._to_settle: set[int] = set()
+        self._settle_at = 0.0
 
     def submit(self, call: RecordedCall) -> None:
         self._ensure_thread()
@@ -58,31 +77,66 @@ class CallRecorder:
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            batch = [self._next_call()]
+            deadline = time.monotonic() + BATCH_WAIT_SECONDS
             while len(batch) < MAX_BATCH:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
             try:
                 self._write(batch)
             finally:
-                if self._queue.empty():
-                    connection.close()  # idle: hold no database connection
                 for _ in batch:
                     self._queue.task_done()
+            if self._to_settle and time.monotonic() >= self._settle_at:
+                self._publish_settles()
+
+    def _next_call(self) -> RecordedCall:
+        """The next call to write; while waiting for it, publish the settles when they are due
+        and, idle long enough, let the database connection go."""
+        idle_until = time.monotonic() + IDLE_CLOSE_SECONDS
+        while True:
+            wake = min(self._settle_at, idle_until) if self._to_settle else idle_until
+            try:
+                return self._queue.get(timeout=max(0.0, wake - time.monotonic()))
+            except queue.Empty:
+                pass
+            if self._to_settle and time.monotonic() >= self._settle_at:
+                self._publish_settles()
+            elif time.monotonic() >= idle_until:
+                connection.close()  # idle: hold no database connection
+                return self._queue.get()
+
+    def _settle_later(self, trace_ids: list[int]) -> None:
+        """A committed batch's traces to settle: published with the others due meanwhile."""
+        if not self._to_settle:
+            self._settle_at = time.monotonic() + SETTLE_PUBLISH_SECONDS
+        self._to_settle.update(trace_ids)
+
+    def _publish_settles(self) -> None:
+        try:
+            settle_when_quiet(sorted(self._to_settle))
+        except Exception:  # the broker is away: keep them for the next try
+            logger.exception("asking to settle %d traces failed", len(self._to_settle))
+            self._settle_at = time.monotonic() + SETTLE_PUBLISH_SECONDS
+            return
+        self._to_settle.clear()
 
     def _write(self, batch: list[RecordedCall]) -> None:
         """The batch in one transaction; if one call in it cannot be stored, the others still
         are, one by one."""
         try:
-            self._with_retries(record_model_calls, batch)
+            self._with_retries(self._record, batch)
         except Exception:  # not transient (a project was deleted, say)
             if len(batch) == 1:
                 logger.exception("recording a call failed; dropping it")
                 return
             for call in batch:
                 self._write([call])
+
+    def _record(self, batch: list[RecordedCall]) -> None:
+        record_model_calls(batch, ask_settle=self._settle_later)
 
     def _with_retries(self, write, batch: list[RecordedCall]) -> None:
         deadline = time.monotonic() + WRITE_RETRY_SECONDS

@@ -5,20 +5,23 @@ yet (one `TraceSegment`), stores its request by reference (`ModelCall.request_pr
 trace's summary columns are updated from the new messages alone. Whether a call extends its
 trace is told by the conversation hash of its messages up to the trace's length, one pass over
 the request; only a call that rewrote earlier messages reads the stored body. When the episode
-has been quiet for GATEWAY_QUIET_SECONDS, `settle_trace` packs the segments into the body and
+has been quiet for GATEWAY_QUIET_SECONDS, `settle_traces` packs the segments into the body and
 triage and embedding run once.
 """
 
 import hashlib
+import threading
 import time
 import uuid
 import zlib
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from reviewapp.gateway.conversation import (
@@ -39,6 +42,9 @@ from reviewapp.tasks import after_traces_changed, settle_when_quiet
 SETTLE_GRACE_SECONDS = 600
 # How far back a call's new tool results look for the assistant turn that called them.
 LAST_TURN_SCAN = 64
+# The requests' JSON a recording thread keeps in memory to check the next calls' histories
+# against (_SentRequests).
+SENT_REQUESTS_BYTES = 32 * 1024 * 1024
 
 
 @dataclass
@@ -65,15 +71,104 @@ class RecordedCall:
 
 @dataclass
 class _Batch:
-    """Rows a batch writes at its end, one statement per table, and the traces it touched."""
+    """Rows a batch writes at its end, one statement per table, and the traces it touched.
 
+    A trace a call starts is inserted with the batch's other new traces (a later call in the
+    batch may still extend it in memory), before anything that reads traces back by hash."""
+
+    new_traces: dict[tuple[int, str], Trace] = field(default_factory=dict)  # by external id
     segments: list[TraceSegment] = field(default_factory=list)
     calls: list[ModelCall] = field(default_factory=list)
-    to_settle: set[int] = field(default_factory=set)
+    to_settle: dict[int, Trace] = field(default_factory=dict)  # by id(): new ones have no pk yet
 
-    def flush_segments(self) -> None:
-        TraceSegment.objects.bulk_create(self.segments)
+    def pending_trace(self, project_id: int, external_id: str) -> Trace | None:
+        """A trace started earlier in this batch and not inserted yet."""
+        trace = self.new_traces.get((project_id, external_id))
+        return trace if trace is not None and trace.pk is None else None
+
+    def flush(self) -> None:
+        """Insert the new traces, then the segments (they refer to the traces)."""
+        insert_rows([trace for trace in self.new_traces.values() if trace.pk is None])
+        insert_rows(self.segments)
         self.segments = []
+
+
+def insert_rows(rows: list[models.Model]) -> None:
+    """Insert new rows of one model in one statement and give them their ids.
+
+    On PostgreSQL the rows go as one JSON document (orjson) that the server expands
+    (`jsonb_populate_recordset`): the ORM's multi-row INSERT took more of the recorder's CPU
+    than all the rest of its work (bench/README.md, gateway.py). Elsewhere (the embedded
+    SQLite), `bulk_create`.
+    """
+    if not rows:
+        return
+    model = type(rows[0])
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(rows)
+        return
+    statement, fields = _insert_statement(model)
+    for row in rows:
+        for relation in fields.relations:  # a parent inserted since it was assigned
+            parent = relation.get_cached_value(row, default=None)
+            if parent is not None:
+                setattr(row, relation.attname, parent.pk)
+    document = orjson.dumps(
+        [
+            {
+                column: _bytea_text(value) if column in fields.binary else value
+                for column, value in zip(
+                    fields.columns, map(row.__dict__.__getitem__, fields.attnames), strict=True
+                )
+            }
+            for row in rows
+        ]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [document.decode()])
+        for row, (pk,) in zip(rows, cursor.fetchall(), strict=True):
+            row.pk = pk
+            row._state.adding = False
+            row._state.db = connection.alias
+
+
+@dataclass(frozen=True)
+class _InsertFields:
+    attnames: list[str]
+    columns: list[str]
+    binary: frozenset[str]  # columns sent as bytea's hex text
+    relations: list[models.ForeignKey]
+
+
+_INSERT_STATEMENTS: dict[type, tuple[str, _InsertFields]] = {}
+
+
+def _insert_statement(model: type[models.Model]) -> tuple[str, _InsertFields]:
+    if model not in _INSERT_STATEMENTS:
+        concrete = [field for field in model._meta.concrete_fields if not field.primary_key]
+        fields = _InsertFields(
+            attnames=[field.attname for field in concrete],
+            columns=[field.column for field in concrete],
+            binary=frozenset(
+                field.column for field in concrete if isinstance(field, models.BinaryField)
+            ),
+            relations=[field for field in concrete if field.is_relation],
+        )
+        table = connection.ops.quote_name(model._meta.db_table)
+        columns = ", ".join(map(connection.ops.quote_name, fields.columns))
+        pk = connection.ops.quote_name(model._meta.pk.column)
+        # In the document's order, so the ids come back in it (as with a multi-row VALUES).
+        statement = (
+            f"INSERT INTO {table} ({columns}) SELECT {columns}"
+            f" FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) WITH ORDINALITY"
+            f" ORDER BY ordinality RETURNING {pk}"
+        )
+        _INSERT_STATEMENTS[model] = statement, fields
+    return _INSERT_STATEMENTS[model]
+
+
+def _bytea_text(value: bytes | memoryview | None) -> str | None:
+    return None if value is None else "\\x" + bytes(value).hex()
 
 
 def _response_message(response: dict | None) -> dict | None:
@@ -100,39 +195,58 @@ def _request_messages(request: dict) -> list[dict] | None:
 
 
 def _find_trace(
-    *, call: RecordedCall, messages: list[dict], conversation: list[dict]
-) -> tuple[Trace | None, dict[int, str], dict]:
+    *, call: RecordedCall, messages: list[dict], conversation: list[dict], batch: _Batch
+) -> tuple[Trace | None, dict[int, str], "_Fingerprint"]:
     """The trace the call continues (None: it starts one), the conversation's hashes at the
     lengths that matter (the trace's length and the whole), and the request's fingerprint.
 
     Without a trace id, the trace is the longest recent one this call's messages extend. The
     usual case is found from the fingerprint its last call left (`Trace.sent_hash`: the
     messages before this request's last assistant turn, as that call sent them); any other
-    by the conversation hash of every prefix that ends in an assistant turn.
+    by the conversation hash of every prefix that ends in an assistant turn. A call with no
+    assistant turn starts a trace without asking the database.
     """
-    traces = Trace.objects.select_for_update().defer("body").filter(project_id=call.project_id)
-    raw = memoryview(orjson.dumps(messages))
+    request_json = _MessagesJson(messages)
     if call.trace_id_header:
-        trace = traces.filter(external_id=call.trace_id_header).first()
-        return trace, *_extension_digests(trace, messages, conversation, raw)
-    since = call.started_at - timedelta(seconds=settings.GATEWAY_MERGE_WINDOW_SECONDS)
-    recent = traces.filter(
-        source=TraceSource.GATEWAY, model=call.requested_model, updated_at__gte=since
-    )
+        trace = batch.pending_trace(call.project_id, call.trace_id_header)
+        if trace is None:
+            trace = _traces(call).filter(external_id=call.trace_id_header).first()
+        return trace, *_extension_digests(trace, messages, conversation, request_json)
+    raw = request_json()
     previous = _previous_request_hash(messages, raw)
     if previous is not None:
-        trace = recent.filter(sent_hash=previous.hexdigest()).order_by("-updated_at").first()
+        batch.flush()  # a trace started earlier in the batch may be the one
+        trace = _recent(call).filter(sent_hash=previous.hexdigest()).order_by("-updated_at")
+        trace = trace.first()
         if trace is not None:
-            digests, fingerprint = _extension_digests(trace, messages, conversation, raw, previous)
+            digests, fingerprint = _extension_digests(
+                trace, messages, conversation, request_json, previous
+            )
             if digests.get(trace.message_count) == trace.tail_hash:
                 return trace, digests, fingerprint
     ends = assistant_ends(messages)
     digests = prefix_digests(conversation, ends | {len(messages), len(conversation)})
     lengths = {digests[length]: length for length in ends}
-    candidates = list(recent.filter(tail_hash__in=list(lengths))) if lengths else []
+    candidates = []
+    if lengths:
+        batch.flush()
+        candidates = list(_recent(call).filter(tail_hash__in=list(lengths)))
     # The longest conversation this call extends is the one it continues.
     trace = max(candidates, key=lambda trace: lengths[trace.tail_hash], default=None)
-    return trace, digests, _fingerprint(messages, raw, hashlib.sha256(raw[:-1]), digests)
+    return trace, digests, _Fingerprint.of_json(messages, raw, digests)
+
+
+def _traces(call: RecordedCall):
+    """The project's traces, locked as read (the call may update the one it finds)."""
+    return Trace.objects.select_for_update().defer("body").filter(project_id=call.project_id)
+
+
+def _recent(call: RecordedCall):
+    """The gateway traces of the call's model that a call without a trace id may continue."""
+    since = call.started_at - timedelta(seconds=settings.GATEWAY_MERGE_WINDOW_SECONDS)
+    return _traces(call).filter(
+        source=TraceSource.GATEWAY, model=call.requested_model, updated_at__gte=since
+    )
 
 
 def _previous_request_hash(messages: list[dict], raw: memoryview):
@@ -147,47 +261,135 @@ def _previous_request_hash(messages: list[dict], raw: memoryview):
     return None
 
 
-def _fingerprint(messages: list[dict], raw, running, digests: dict[int, str]) -> dict:
-    """What the next call checks its history against: the request's message count, JSON
-    length, sha256 of that JSON without its closing "]" and conversation hash."""
-    return {
-        "count": len(messages),
-        "bytes": len(raw),
-        "raw": running.hexdigest(),
-        "hash": digests[len(messages)],
-    }
+class _MessagesJson:
+    """The JSON of a request's messages (orjson), made the first time a check needs it: a
+    history checked in memory (see _SentRequests) is not serialised at all."""
+
+    def __init__(self, messages: list[dict]) -> None:
+        self._messages = messages
+        self._raw: memoryview | None = None
+
+    def __call__(self) -> memoryview:
+        if self._raw is None:
+            self._raw = memoryview(orjson.dumps(self._messages))
+        return self._raw
+
+
+@dataclass(frozen=True)
+class _Fingerprint:
+    """What the next call checks its history against: the request's message count, the length
+    of its messages' JSON, the sha256 of that JSON without its closing "]" (a running hash,
+    so the next request's extends it with what it adds), and its conversation hash."""
+
+    count: int
+    size: int
+    running: "hashlib._Hash"
+    hash: str
+
+    @classmethod
+    def of_json(cls, messages: list[dict], raw: memoryview, digests: dict[int, str]):
+        return cls(len(messages), len(raw), hashlib.sha256(raw[:-1]), digests[len(messages)])
+
+    def stored(self) -> dict:
+        """As the trace keeps it (`Trace.recording["sent"]`)."""
+        return {"count": self.count, "bytes": self.size, "raw": self.running.hexdigest(),
+                "hash": self.hash}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Sent:
+    messages: list[dict]  # the request's, as the recorder got them
+    fingerprint: _Fingerprint
+    stored: dict  # fingerprint.stored()
+
+
+class _SentRequests(threading.local):
+    """The last request this thread recorded for each recent trace, up to SENT_REQUESTS_BYTES
+    of JSON, least recently used out first. A trace whose fingerprint is still that request's
+    has the next call's history compared with it as objects (one pass in C, ~3x cheaper than
+    serialising and hashing it), so a long episode's calls cost about the same to record as
+    its first ones. A trace not here (another process recorded it, or it was evicted) is
+    checked by its fingerprint. The recorder never changes a request it was handed."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[int, str], _Sent] = OrderedDict()
+        self.size = 0
+
+    def get(self, key: tuple[int, str]) -> _Sent | None:
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[int, str], entry: _Sent) -> None:
+        if (old := self.entries.pop(key, None)) is not None:
+            self.size -= old.fingerprint.size
+        if entry.fingerprint.size > SENT_REQUESTS_BYTES:
+            return
+        self.entries[key] = entry
+        self.size += entry.fingerprint.size
+        while self.size > SENT_REQUESTS_BYTES:
+            _, dropped = self.entries.popitem(last=False)
+            self.size -= dropped.fingerprint.size
+
+
+_sent_requests = _SentRequests()
 
 
 def _extension_digests(
     trace: Trace | None,
     messages: list[dict],
     conversation: list[dict],
-    raw: memoryview,
+    request_json: _MessagesJson,
     previous=None,
-) -> tuple[dict[int, str], dict]:
+) -> tuple[dict[int, str], _Fingerprint]:
     """The conversation's hashes at the trace's length, the request's and its own, and the
-    request's fingerprint for the next call. `raw`: the messages' JSON; `previous`: a running
-    sha256 of a prefix of it already computed (see _previous_request_hash).
+    request's fingerprint for the next call. `previous`: a running sha256 of a prefix of the
+    messages' JSON already computed (see _previous_request_hash).
 
-    A harness re-sends its history unchanged: when the request's JSON starts with the previous
-    request's messages byte for byte (the trace's fingerprint), only the messages after them
-    are canonicalised and hashed, so a long history costs one serialisation and one sha256, in
-    C, not a canonical pass.
+    A harness re-sends its history unchanged: when the request starts with the previous
+    request's messages (the trace's fingerprint), only the messages after them are
+    canonicalised, hashed and serialised. Whether it does is told in memory when this thread
+    recorded that request (_SentRequests), else by the sha256 of the request's JSON.
     """
     stored = trace.message_count if trace else 0
     lengths = {stored, len(messages), len(conversation)}
     sent = (trace.recording or {}).get("sent") if trace else None
-    if sent and stored >= sent["count"] and len(raw) >= sent["bytes"]:
-        end = sent["bytes"] - 1
-        running = previous.copy() if previous else hashlib.sha256(raw[:end])
-        if raw[end] in b",]" and running.hexdigest() == sent["raw"]:
+    if sent and stored >= sent["count"]:
+        running = _history_unchanged(trace, sent, messages, request_json, previous)
+        if running is not None:
             digests = prefix_digests(
                 conversation, lengths, start=sent["count"], start_hash=sent["hash"]
             )
-            running.update(raw[end:-1])
-            return digests, _fingerprint(messages, raw, running, digests)
+            # [a, b] + [c, d] is "[a,b" + "," + "c,d]": the running hash goes on from "[a,b".
+            added = orjson.dumps(messages[sent["count"] :])[1:-1]
+            added = b"," + added if sent["count"] and added else added
+            running.update(added)
+            size = sent["bytes"] + len(added)
+            return digests, _Fingerprint(len(messages), size, running, digests[len(messages)])
     digests = prefix_digests(conversation, lengths)
-    return digests, _fingerprint(messages, raw, hashlib.sha256(raw[:-1]), digests)
+    return digests, _Fingerprint.of_json(messages, request_json(), digests)
+
+
+def _history_unchanged(
+    trace: Trace, sent: dict, messages: list[dict], request_json: _MessagesJson, previous
+):
+    """The running hash of the trace's last request (its JSON without the closing "]") when
+    this request starts with that one's messages, else None."""
+    count = sent["count"]
+    if len(messages) < count:
+        return None
+    remembered = _sent_requests.get((trace.project_id, trace.external_id))
+    if previous is None and remembered is not None and remembered.stored == sent:
+        if messages[:count] == remembered.messages:
+            return remembered.fingerprint.running.copy()
+        return None
+    raw = request_json()
+    end = sent["bytes"] - 1
+    if len(raw) < sent["bytes"] or raw[end] not in b",]":
+        return None
+    running = previous.copy() if previous else hashlib.sha256(raw[:end])
+    return running if running.hexdigest() == sent["raw"] else None
 
 
 def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
@@ -270,17 +472,23 @@ def _call_row(call: RecordedCall) -> ModelCall:
     )
 
 
-def record_model_calls(calls: list[RecordedCall]) -> list[ModelCall]:
+def record_model_calls(
+    calls: list[RecordedCall], *, ask_settle: Callable[[list[int]], None] = settle_when_quiet
+) -> list[ModelCall]:
     """Store calls in order, in one transaction, each folded into its trace (created when it
-    starts a conversation); the traces settle once they go quiet."""
+    starts a conversation); the traces settle once they go quiet. Once the transaction
+    commits, `ask_settle` gets the traces that need a settle task (the recorder collects them
+    to publish one task for many batches)."""
     batch = _Batch()
     with transaction.atomic():
         for call in calls:
             _record(call, batch)
-        batch.flush_segments()
-        ModelCall.objects.bulk_create(batch.calls)
+        batch.flush()
+        insert_rows(batch.calls)
         roll_up_traces(trace_ids={row.trace_id for row in batch.calls if row.trace_id})
-        settle_when_quiet(sorted(batch.to_settle))
+        to_settle = sorted({trace.pk for trace in batch.to_settle.values()})
+        if to_settle:
+            transaction.on_commit(lambda: ask_settle(to_settle))
     return batch.calls
 
 
@@ -299,9 +507,10 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     answer = _response_message(call.response)
     conversation = messages + ([answer] if answer else [])
     trace, digests, fingerprint = _find_trace(
-        call=call, messages=messages, conversation=conversation
+        call=call, messages=messages, conversation=conversation, batch=batch
     )
-    if trace is None:
+    starts = trace is None
+    if starts:
         trace = Trace(
             project_id=call.project_id,
             external_id=call.trace_id_header or f"gw-{uuid.uuid4().hex}",
@@ -310,16 +519,17 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
             body=b"",
             recording={"tools": [], "error_chars": 0},
         )
+        batch.new_traces[(call.project_id, trace.external_id)] = trace  # inserted at flush
     recording = dict(trace.recording or {})
     if trace.pk is not None and "tools" not in recording:
-        batch.flush_segments()
+        batch.flush()
         recording = _adopt(trace)
     stored_count = trace.message_count
-    if trace.pk is None or digests.get(stored_count) == trace.tail_hash:
+    if starts or digests.get(stored_count) == trace.tail_hash:
         shared = stored_count  # the call extends the trace: its first messages are the trace
         tail_hash = digests[len(conversation)]
     else:  # it rewrote earlier messages, or the trace was pushed, not recorded: read the body
-        batch.flush_segments()
+        batch.flush()
         stored = trace.body_json()["messages"]
         shared = common_prefix_length(stored, conversation)
         tail_hash = conversation_hash(stored + conversation[shared:])
@@ -332,8 +542,12 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
         row.request_tools_prefix = len(incoming_tools)
     row.request_prefix = len(messages) if shared == stored_count else shared
     if row.request_prefix == len(messages):  # every message it sent is the trace's, in place
-        recording["sent"] = fingerprint
-        trace.sent_hash = fingerprint["raw"]
+        recording["sent"] = fingerprint.stored()
+        trace.sent_hash = recording["sent"]["raw"]
+        _sent_requests.put(
+            (trace.project_id, trace.external_id),
+            _Sent(messages, fingerprint, recording["sent"]),
+        )
     residual = {key: value for key, value in call.request.items() if key != "messages"}
     if row.request_tools_prefix is not None:
         del residual["tools"]
@@ -356,18 +570,15 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     )
     for name, value in facts.columns().items():
         setattr(trace, name, value)
-    settle = _settle_due_now(recording)
+    if _settle_due_now(recording):
+        batch.to_settle[id(trace)] = trace
     trace.recording = recording
-    if trace.pk is None:
-        trace.save()
-    else:
+    if trace.pk is not None:  # a trace not inserted yet is inserted as it is at the flush
         # Unchanged long text is not sent: PostgreSQL would store (TOAST) it again.
         unchanged = (
             {"search_text", "preview"} if before == (trace.search_text, trace.preview) else set()
         )
         trace.save(update_fields=[name for name in _UPDATED_FIELDS if name not in unchanged])
-    if settle:
-        batch.to_settle.add(trace.pk)
     if added:
         batch.segments.append(TraceSegment(trace=trace, messages=_pack_messages(added)))
     row.trace = trace
@@ -440,11 +651,27 @@ def _settle_due_now(recording: dict) -> bool:
     return True
 
 
+def settle_traces(*, trace_ids: list[int], force: bool = False) -> dict[int, float]:
+    """Settle the traces that have been quiet for GATEWAY_QUIET_SECONDS: pack what the gateway
+    appended into each one's body (a transaction per trace), then triage and embed them
+    together. Returns the seconds each of the others must still be quiet. `force`: settle now
+    (no worker to wait with)."""
+    waits, settled = {}, []
+    for trace_id in trace_ids:
+        wait = _settle(trace_id=trace_id, force=force)
+        if wait is None:
+            continue
+        if wait > 0:
+            waits[trace_id] = wait
+        else:
+            settled.append(trace_id)
+    after_traces_changed(settled)
+    return waits
+
+
 @transaction.atomic
-def settle_trace(*, trace_id: int, force: bool = False) -> float | None:
-    """Once the trace has been quiet for GATEWAY_QUIET_SECONDS: pack what the gateway appended
-    into its body, then triage and embed it. Returns the seconds still to wait, or None when it
-    settled (or is gone). `force`: settle now (no worker to wait with)."""
+def _settle(*, trace_id: int, force: bool) -> float | None:
+    """Seconds the trace must still be quiet (0: it settled now); None: it is gone."""
     trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
     if trace is None:
         return None
@@ -464,5 +691,4 @@ def settle_trace(*, trace_id: int, force: bool = False) -> float | None:
         recording["segments"] = 0
     trace.recording = recording
     trace.save(update_fields=["body", "recording"])
-    after_traces_changed([trace.pk])
-    return None
+    return 0.0

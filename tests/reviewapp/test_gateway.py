@@ -184,9 +184,9 @@ async def test_a_client_that_disconnects_mid_stream_is_recorded_as_such(upstream
 async def test_a_slow_database_does_not_slow_the_harness(upstream, gateway_key, monkeypatch):
     real = recorder_module.record_model_calls
 
-    def slow_record(batch):
+    def slow_record(batch, **kwargs):
         time.sleep(2)
-        return real(batch)
+        return real(batch, **kwargs)
 
     # The recorder thread writes batches through the name it imported.
     monkeypatch.setattr(recorder_module, "record_model_calls", slow_record)

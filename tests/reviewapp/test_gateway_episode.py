@@ -114,10 +114,11 @@ def stored_bytes() -> int:
 
 @pytest.fixture
 def settles(monkeypatch) -> list:
-    """The settle tasks the recorder asks for (no worker runs here)."""
+    """The traces the recorder asks to settle, one entry per trace asked for (no worker runs
+    here)."""
     asked = []
     monkeypatch.setattr(
-        tasks.settle_trace, "apply_async", lambda args, countdown: asked.append(args[0])
+        tasks.settle_traces, "apply_async", lambda args, countdown: asked.extend(args[0])
     )
     return asked
 

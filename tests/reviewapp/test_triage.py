@@ -210,7 +210,7 @@ def test_a_recorded_gateway_call_is_triaged_and_embedded_once_it_goes_quiet(
     monkeypatch.setattr(tasks.triage_traces, "delay", tasks.triage_traces)
     monkeypatch.setattr(tasks.embed_traces, "delay", embedded.append)
     monkeypatch.setattr(
-        tasks.settle_trace, "apply_async", lambda args, countdown: settles.append(args)
+        tasks.settle_traces, "apply_async", lambda args, countdown: settles.append(args)
     )
     call = RecordedCall(
         project_id=project.pk,
@@ -233,7 +233,7 @@ def test_a_recorded_gateway_call_is_triaged_and_embedded_once_it_goes_quiet(
     with django_capture_on_commit_callbacks(execute=True):
         record_model_call(call)
     trace = Trace.objects.get(external_id="episode-1")
-    assert settles == [(trace.pk,)] and queued(queue) == set() and embedded == []
+    assert settles == [([trace.pk],)] and queued(queue) == set() and embedded == []
 
     settings.GATEWAY_QUIET_SECONDS = 0
     with django_capture_on_commit_callbacks(execute=True):
