@@ -18,6 +18,7 @@ import asyncio
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -68,6 +69,7 @@ class BenchConfig:
     phase_timeout: float  # seconds one block may take
     max_seconds: float  # the whole run; later blocks are skipped (and said so) past it
     admin_url: str  # an existing database to CREATE and DROP the scratch database from
+    ports: tuple[int, int] | None  # the servers listen on free ports in this range; None: any
 
     def __post_init__(self):
         for name in ("requests", "blocks", "stream_requests"):
@@ -117,7 +119,36 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         ),
         help="an existing database to create the scratch one from (env BENCH_ADMIN_DATABASE_URL)",
     )
+    parser.add_argument(
+        "--ports",
+        type=_port_range,
+        default=None,
+        help="FIRST-LAST: the upstream and the gateway listen on free ports in this range "
+        "(default: any free port)",
+    )
     return BenchConfig(**vars(parser.parse_args(argv)))
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    ports = int(first), int(last or first)
+    if not 0 < ports[0] <= ports[1] < 65536:
+        raise argparse.ArgumentTypeError("FIRST-LAST, 1 <= FIRST <= LAST <= 65535")
+    return ports
+
+
+def port_in(ports: tuple[int, int] | None) -> int:
+    """A port nothing listens on: any (the kernel's pick), or the first free one in `ports`."""
+    if ports is None:
+        return free_port()
+    for port in range(ports[0], ports[1] + 1):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {ports[0]}-{ports[1]}")
 
 
 # --- the fast upstream: a model server that answers at once, in its own process ---------------
@@ -275,8 +306,10 @@ def _answers(url: str, headers: dict[str, str] | None = None) -> bool:
 
 
 @contextmanager
-def running_upstream(*, cores: set[int] | None, lifetime: float) -> Iterator[str]:
-    port = free_port()
+def running_upstream(
+    *, cores: set[int] | None, lifetime: float, ports: tuple[int, int] | None
+) -> Iterator[str]:
+    port = port_in(ports)
     url = f"http://127.0.0.1:{port}/v1"
     command = [sys.executable, __file__, "--serve-upstream", str(port), str(lifetime)]
     with running_process(
@@ -291,10 +324,15 @@ def running_upstream(*, cores: set[int] | None, lifetime: float) -> Iterator[str
 
 @contextmanager
 def running_gateway(
-    *, database_url: str, workers: int, cores: set[int] | None, api_key: str
+    *,
+    database_url: str,
+    workers: int,
+    cores: set[int] | None,
+    api_key: str,
+    ports: tuple[int, int] | None,
 ) -> Iterator[tuple[str, psutil.Process]]:
     """uvicorn serving the app as production does; yields its base URL and its process."""
-    port = free_port()
+    port = port_in(ports)
     env = server_environment(database_url)
     command = server_command(port, workers)
     base_url = f"http://127.0.0.1:{port}"
@@ -313,6 +351,19 @@ def cpu_seconds(process: psutil.Process) -> float:
         except psutil.NoSuchProcess:
             continue
         total += times.user + times.system
+    return total
+
+
+def main_thread_cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU of the main threads of a process and its children: uvicorn's event
+    loops, where requests are served (the recorder and any other work run on other threads)."""
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            threads = member.threads()
+        except psutil.NoSuchProcess:
+            continue
+        total += sum(t.user_time + t.system_time for t in threads if t.id == member.pid)
     return total
 
 
@@ -512,6 +563,7 @@ class Processes:
             "load generator": time.process_time(),
             "upstream": cpu_seconds(self.upstream),
             "gateway": cpu_seconds(self.gateway),
+            "gateway loop": main_thread_cpu_seconds(self.gateway),
         }
 
 
@@ -600,6 +652,7 @@ def run_level(
                             )
                         if processes:  # the gateway's bill includes writing the records
                             after["gateway"] = cpu_seconds(processes.gateway)
+                            after["gateway loop"] = main_thread_cpu_seconds(processes.gateway)
                     for name, seconds in after.items():
                         target.result.cpu[name] = target.result.cpu.get(name, 0.0) + (
                             seconds - before[name]
@@ -663,7 +716,11 @@ def run_server(
     deadlines = (config.phase_timeout, deadline)
     levels = []
     with running_gateway(
-        database_url=config.database_url, workers=workers, cores=plan.gateway, api_key=api_key
+        database_url=config.database_url,
+        workers=workers,
+        cores=plan.gateway,
+        api_key=api_key,
+        ports=config.ports,
     ) as (base_url, gateway):
         urls = {
             "direct": f"{upstream_url}/chat/completions",
@@ -781,7 +838,9 @@ def run(config: BenchConfig, deadline: float) -> tuple[list[ServerRun], ServerRu
             plan = core_plan(pin, all_cores)
             os.sched_setaffinity(0, plan.load_generator or all_cores)
             lifetime = max(60.0, deadline - time.monotonic() + 60)
-            with running_upstream(cores=plan.upstream, lifetime=lifetime) as upstream_url:
+            with running_upstream(
+                cores=plan.upstream, lifetime=lifetime, ports=config.ports
+            ) as upstream_url:
                 upstream = psutil.Process(_listener_pid(upstream_url))
                 for workers in config.workers:
                     if time.monotonic() > deadline:
@@ -877,7 +936,7 @@ def report_run(run: ServerRun, *, with_cpu: bool) -> None:
         f"  {'level':<12}"
         + (
             f"{'CPU µs/call direct: client':>28}{'upstream':>9}{'| gateway: client':>18}"
-            f"{'upstream':>9}{'gateway':>9}"
+            f"{'upstream':>9}{'gateway':>9}{'(loop':>7}{'other)':>8}"
             if with_cpu
             else ""
         )
@@ -886,6 +945,7 @@ def report_run(run: ServerRun, *, with_cpu: bool) -> None:
     for level in run.levels:
         direct, gateway = level.direct, level.gateway
         line = f"  {level.label:<12}"
+        loop = gateway.cpu_per_call_us("gateway loop")
         if with_cpu:
             line += (
                 f"{direct.cpu_per_call_us('load generator'):>28.0f}"
@@ -893,6 +953,7 @@ def report_run(run: ServerRun, *, with_cpu: bool) -> None:
                 f"{gateway.cpu_per_call_us('load generator'):>18.0f}"
                 f"{gateway.cpu_per_call_us('upstream'):>9.0f}"
                 f"{gateway.cpu_per_call_us('gateway'):>9.0f}"
+                f"{loop:>7.0f}{gateway.cpu_per_call_us('gateway') - loop:>8.0f}"
             )
         rate = min(level.recorded_rates, default=float("nan"))
         line += (
@@ -917,9 +978,10 @@ def report(
         f"{GOAL_THROUGHPUT_RATIO:g}x direct ('goals': ok/-- for each), gateway CPU <= "
         f"{GOAL_GATEWAY_CPU_MS * 1000:g} µs/call. CPU µs/call: CPU time each "
         "process spent during that target's blocks / calls; the gateway's includes writing the "
-        "records. backlog: calls answered but not yet recorded when a block ended; lag: from a "
-        "block's last answer until all were recorded (worst block); rec/s: calls answered and "
-        "recorded per second, block time + lag (worst block)."
+        "records (loop: its event loop thread, serving the calls; other: its other threads, "
+        "the recorder's). backlog: calls answered but not yet recorded when a block ended; lag: "
+        "from a block's last answer until all were recorded (worst block); rec/s: calls "
+        "answered and recorded per second, block time + lag (worst block)."
     )
     for run in runs:
         report_run(run, with_cpu=True)
