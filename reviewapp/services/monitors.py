@@ -200,6 +200,10 @@ def _fold(rows, feedback, tool_names: list[str] = ()) -> tuple[list[GroupStats],
                 group.tools[name].calls += row[f"tool_{index}"]
     for row in feedback:
         version = Version(row["trace__model"], row["trace__adapter_version"])
+        if (version, row["period"]) not in series:
+            # Rollups that missed a trace changed behind the writers' backs (a raw UPDATE):
+            # its feedback has no group to count in; the page still answers.
+            continue
         series[(version, row["period"])].with_feedback += row["traces"]
         versions[version].with_feedback += row["traces"]
     # A label names an adapter whatever model served it: the model breaks ties.

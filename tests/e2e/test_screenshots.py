@@ -18,6 +18,7 @@ from playwright.sync_api import expect
 from reviewapp.models import Tag, Trace, TraceTag
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
+from reviewapp.services.rollups import roll_up_traces
 from tests.e2e.conftest import sign_in
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -207,6 +208,7 @@ def demo_project(project, alice, bob):
                 TraceTag.objects.create(trace=trace, tag=tag, reviewer=rng.choice([alice, bob]))
         if rng.random() < 0.25:
             record_feedback(trace=trace, text="Check the order before answering.", reviewer=bob)
+    roll_up_traces(trace_ids=project.traces.values_list("id", flat=True))  # as writers do
     refund = project.traces.get(external_id=REFUND_ID)
     TraceTag.objects.create(trace=refund, tag=tags[0], reviewer=alice)
     record_feedback(
@@ -275,6 +277,7 @@ def seed_scenarios(project, api_key):
         for index, (trace_id,) in enumerate(ids):
             moment = start + timedelta(days=3 * number + index % 3, minutes=index)
             Trace.objects.filter(pk=trace_id).update(received_at=moment)
+    roll_up_traces(trace_ids=project.traces.values_list("id", flat=True))  # as writers do
     return project
 
 

@@ -12,6 +12,7 @@ from reviewapp.models import Trace
 from reviewapp.services import alerts
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
+from reviewapp.services.rollups import roll_up_traces
 from tests.e2e.test_xss import PAYLOADS, payload_trace
 from tests.factories import ApiClient, make_trace
 from tests.reviewapp.scenarios import SHORT_ANSWER, play
@@ -53,6 +54,18 @@ def test_the_page_shows_each_version_with_numbers_that_link_to_their_traces(vict
     )
     assert html.count("<svg") == 7  # six metrics over time and the terminations
     assert "timeouts_rising" in html and "40% of traces timed out (8 of 20)" in html
+
+
+def test_feedback_on_a_trace_changed_behind_the_rollups_does_not_break_the_page(victor, project):
+    _two_versions(project)
+    trace = project.traces.first()
+    Trace.objects.filter(pk=trace.pk).update(adapter_version="edited-by-hand")  # no writer
+    record_feedback(trace=trace, text="Wrong order.", reviewer=victor)
+
+    response = logged_in(victor).get("/p/acme/monitors/")
+
+    assert response.status_code == 200
+    assert "agent-1 (base)" in response.content.decode()
 
 
 def test_an_evidence_link_lists_exactly_the_traces_behind_the_number(victor, project):
@@ -223,6 +236,7 @@ def test_trace_text_in_versions_tools_and_alerts_stays_text(victor, project, mon
         item.update(tags=[], termination="timeout" if index % 2 else "completed")
         ingest_traces(project=project, raw_items=[item])
         Trace.objects.filter(project=project, model=item["model"]).update(adapter_version=payload)
+        roll_up_traces(trace_ids=project.traces.values_list("id", flat=True))  # as writers do
     client = logged_in(victor)
     pages = ["/p/acme/monitors/", "/p/acme/monitors/?bucket=hour", "/p/acme/dataset/"]
     for path in pages:
