@@ -164,14 +164,16 @@ def _make_project(env: dict, vllm_url: str) -> str:
     subprocess.run(
         [*manage, "create_project", "bench", "--upstream", vllm_url, "--model", ALIAS], **run
     )
-    # The same training policy the full-loop test uses on the bundled model.
+    # Default training settings, as the full-loop test and a new project have.
     settings_code = (
         "from reviewapp.models import Project; p = Project.objects.get(slug='bench'); "
-        f"p.upstream_model = {MODEL!r}; "
-        "p.settings = {'training': {'learning_rate': 1e-3, 'epochs': 4}}; p.save()"
+        f"p.upstream_model = {MODEL!r}; p.save()"
     )
     subprocess.run([*manage, "shell", "-c", settings_code], **run)
-    output = subprocess.run([*manage, "create_api_key", "bench"], **run).stdout
+    # One key for the harness's calls, the reviewers' corrections (approved as they are) and
+    # the Retrain click, which only review and admin keys may make.
+    scopes = ["--scope", "ingest", "--scope", "review", "--scope", "admin"]
+    output = subprocess.run([*manage, "create_api_key", "bench", *scopes], **run).stdout
     return next(word for word in output.split() if len(word) > 30)
 
 
