@@ -342,28 +342,21 @@ def running_gateway(
         yield base_url, psutil.Process(process.pid)
 
 
-def cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU of a process and its children (uvicorn's workers)."""
+def cpu_seconds(process: psutil.Process, *, event_loops_only: bool = False) -> float:
+    """User + system CPU of a process and its children (uvicorn's workers); `event_loops_only`:
+    of their main threads only, where requests are served (the recorder and any other work run
+    on other threads)."""
     total = 0.0
     for member in [process, *process.children(recursive=True)]:
         try:
-            times = member.cpu_times()
+            if event_loops_only:
+                main = next(t for t in member.threads() if t.id == member.pid)
+                total += main.user_time + main.system_time
+            else:  # threads that have ended count too
+                times = member.cpu_times()
+                total += times.user + times.system
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
-
-
-def main_thread_cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU of the main threads of a process and its children: uvicorn's event
-    loops, where requests are served (the recorder and any other work run on other threads)."""
-    total = 0.0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            threads = member.threads()
-        except psutil.NoSuchProcess:
-            continue
-        total += sum(t.user_time + t.system_time for t in threads if t.id == member.pid)
     return total
 
 
@@ -563,7 +556,7 @@ class Processes:
             "load generator": time.process_time(),
             "upstream": cpu_seconds(self.upstream),
             "gateway": cpu_seconds(self.gateway),
-            "gateway loop": main_thread_cpu_seconds(self.gateway),
+            "gateway loop": cpu_seconds(self.gateway, event_loops_only=True),
         }
 
 
@@ -652,7 +645,9 @@ def run_level(
                             )
                         if processes:  # the gateway's bill includes writing the records
                             after["gateway"] = cpu_seconds(processes.gateway)
-                            after["gateway loop"] = main_thread_cpu_seconds(processes.gateway)
+                            after["gateway loop"] = cpu_seconds(
+                                processes.gateway, event_loops_only=True
+                            )
                     for name, seconds in after.items():
                         target.result.cpu[name] = target.result.cpu.get(name, 0.0) + (
                             seconds - before[name]
