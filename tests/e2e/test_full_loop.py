@@ -81,8 +81,9 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def web_and_worker(tmp_path, vllm_url) -> Iterator[str]:
-    """The web process and a Celery worker on the test database; yields the gateway's base URL."""
+def web_and_worker(request, tmp_path, vllm_url) -> Iterator[str]:
+    """The web process and a Celery worker on the test database; yields the gateway's base URL.
+    Their logs are printed when the test fails, so a failure in CI can be read afterwards."""
     env = _environment(tmp_path, vllm_url)
     # Messages other tests enqueued (for rows long gone) would only delay this test's work.
     subprocess.run(
@@ -104,6 +105,7 @@ def web_and_worker(tmp_path, vllm_url) -> Iterator[str]:
         worker = subprocess.Popen(
             worker_command, env=env, stdout=worker_log, stderr=subprocess.STDOUT
         )
+        failed_before = request.session.testsfailed
         try:
             _wait_for(
                 lambda: httpx.get(f"{base_url}/api/v1/openapi.json").status_code == 200,
@@ -112,12 +114,19 @@ def web_and_worker(tmp_path, vllm_url) -> Iterator[str]:
             )
             yield f"{base_url}/v1"
         except BaseException:
-            for name in ("web", "worker"):
-                print(f"--- {name} log ---\n" + (logs / f"{name}.log").read_text()[-6000:])
+            _print_logs(logs)
             raise
+        else:
+            if request.session.testsfailed > failed_before:
+                _print_logs(logs)
         finally:
             _stop(web)
             _stop(worker)
+
+
+def _print_logs(logs: Path) -> None:
+    for name in ("web", "worker"):
+        print(f"--- {name} log ---\n" + (logs / f"{name}.log").read_text()[-6000:])
 
 
 def _wait_for(condition, timeout_s: float, what: str, interval_s: float = 1.0):
@@ -183,8 +192,13 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     # a reviewer's, as when the test writes it in the dashboard.
     key = create_api_key(project=project, scopes=["ingest", "review", "admin"])[1]
     gateway = web_and_worker
+    # httpx's default 5 s read timeout once failed a feedback POST in CI, on a machine busy
+    # with vLLM, the worker and the browser (0.05-0.3 s each on a quiet one); a reviewer's
+    # script would wait longer too.
     api = httpx.Client(
-        base_url=gateway.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}
+        base_url=gateway.removesuffix("/v1"),
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
     )
 
     # 1. The agent works through the gateway on the base model.
