@@ -11,13 +11,14 @@ way the newest failing traces, the evidence, come from an indexed read of the ne
 traces.
 """
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from urllib.parse import urlencode
 
 from django.db import connection, transaction
-from django.db.models import Count, IntegerField, Min, Q, QuerySet, Sum
+from django.db.models import Count, F, IntegerField, Min, Q, QuerySet, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, TruncDay, TruncHour
 from django.urls import reverse
@@ -26,7 +27,31 @@ from django.utils import timezone
 from reviewapp.filters import BASE_ADAPTER, filtered_traces
 from reviewapp.models import Feedback, Project, Termination, ToolRollup, Trace, TraceRollup
 
-BUCKETS = {"day": TruncDay, "hour": TruncHour}
+
+class _ConvertedOnce:
+    """A Trunc that converts each distinct value it reads back once per query: Trunc makes
+    every one aware, reading the settings and the current time zone for each row (about
+    20 us a row, bench/monitors.py), and a monitor's rows share a few hundred periods."""
+
+    def as_sql(self, compiler, connection, **extra_context):
+        self._converted = {}  # a query is compiled each time it runs, before its rows are read
+        return super().as_sql(compiler, connection, **extra_context)
+
+    def convert_value(self, value, expression, connection):
+        if value not in self._converted:
+            self._converted[value] = super().convert_value(value, expression, connection)
+        return self._converted[value]
+
+
+class _TruncDay(_ConvertedOnce, TruncDay):
+    pass
+
+
+class _TruncHour(_ConvertedOnce, TruncHour):
+    pass
+
+
+BUCKETS = {"day": _TruncDay, "hour": _TruncHour}
 EXAMPLES_KEPT = 5  # trace ids kept as evidence per version and per tool
 # An episode that ended like this is a failure whatever its reported success said.
 FAILURE_TERMINATIONS = (
@@ -161,16 +186,14 @@ class Monitor:
 
 
 def _add_row(group: GroupStats, row: dict) -> None:
-    """Fold one (version, bucket, termination) row of the grouped sums into a group."""
-    termination, count = row["termination"], row["traces"]
-    group.traces += count
-    group.terminations[termination] = group.terminations.get(termination, 0) + count
+    """Fold one grouped row (a version's counts and sums in one period, with its traces per
+    termination) into a group."""
+    for termination, count in row["terminations"].items():
+        group.terminations[termination] = group.terminations.get(termination, 0) + count
+    group.traces += row["traces"]
     group.tool_calls += row["tool_calls"] or 0
-    if termination in FAILURE_TERMINATIONS:
-        group.failed += count
-    else:
-        group.succeeded += row["succeeded"]
-        group.failed += row["unsuccessful"]
+    group.succeeded += row["succeeded"]
+    group.failed += row["failed"]
     if group.first_seen is None or row["first_seen"] < group.first_seen:
         group.first_seen = row["first_seen"]
     group.tokens_total += row["tokens_total"] or 0
@@ -184,9 +207,19 @@ def _add_row(group: GroupStats, row: dict) -> None:
     group.truncated_replies += row["truncated_replies"] or 0
 
 
+def _one_termination(row: dict) -> dict:
+    """A row grouped by termination as well, in `_add_row`'s terms: an episode that ended in a
+    failure termination failed whatever its reported success said."""
+    termination, count = row["termination"], row["traces"]
+    if termination in FAILURE_TERMINATIONS:
+        return {**row, "terminations": {termination: count}, "succeeded": 0, "failed": count}
+    return {**row, "terminations": {termination: count}, "failed": row["unsuccessful"]}
+
+
 def _fold(rows, feedback, tool_names: list[str] = ()) -> tuple[list[GroupStats], list[GroupStats]]:
     """Versions and (version, bucket) groups from grouped rows (model, adapter_version,
-    period, termination and the sums) and the traces with feedback per (version, period)."""
+    period, traces per termination and the sums) and the traces with feedback per (version,
+    period)."""
     series: dict[tuple, GroupStats] = {}
     versions: dict[Version, GroupStats] = {}
     for row in rows:
@@ -261,7 +294,7 @@ def _grouped(
         )
     )
     feedback = _with_feedback(Feedback.objects.filter(trace__in=traces), trunc)
-    return _fold(rows, feedback, tool_names)
+    return _fold(map(_one_termination, rows), feedback, tool_names)
 
 
 # Per tool and version: the JSON {tool name: count} columns, one row per key. Only the function
@@ -402,29 +435,24 @@ def compute_monitor(
     traces = filtered_traces(project, filters).order_by()
     if set(filters) - ROLLUP_FILTERS or not _hours_make_days():
         return monitor_of_traces(traces=traces, bucket=bucket, per_tool=per_tool)
-    trunc = BUCKETS[bucket]
     rollups = TraceRollup.objects.filter(project=project, **_rollup_filters(filters))
-    rows = (
-        rollups.annotate(period=trunc("bucket"))
-        .values("model", "adapter_version", "period", "termination")
-        .annotate(**{f"sum_{name}": aggregate for name, aggregate in _ROLLUP_SUMS.items()})
-    )
     feedback = Feedback.objects.filter(
         trace__project=project,
         **_rollup_filters(filters, prefix="trace__", time_field="received_at"),
     )
-    versions, series = _fold([_unprefixed(row) for row in rows], _with_feedback(feedback, trunc))
+    versions, series = _fold(
+        _rollup_groups(rollups, bucket), _with_feedback(feedback, BUCKETS[bucket])
+    )
     if per_tool and versions:
         _rolled_up_tools(project, filters, traces, versions)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 
+# The rollup columns summed per group, under `_add_row`'s names.
 _ROLLUP_SUMS = {
     "traces": Sum("traces"),
     "first_seen": Min("first_seen"),
     "tool_calls": Sum("tool_calls"),
-    "succeeded": Sum("succeeded"),
-    "unsuccessful": Sum("unsuccessful"),
     "tokens_total": Sum("tokens_total"),
     "tokens_reported": Sum("tokens_reported"),
     "reward_total": Sum("reward_total"),
@@ -435,10 +463,50 @@ _ROLLUP_SUMS = {
     "answer_words": Sum("answer_words"),
     "truncated_replies": Sum("truncated_replies"),
 }
+_FAILURE_ENDED = Q(termination__in=FAILURE_TERMINATIONS)
 
 
-def _unprefixed(row: dict) -> dict:
-    return {name.removeprefix("sum_"): value for name, value in row.items()}
+def _rollup_groups(rollups: QuerySet[TraceRollup], bucket: str) -> list[dict]:
+    """The rollup rows summed per (version, period), each termination's traces a column.
+
+    One row per version and period, not per termination as well: at 1M traces the hours
+    came back as 66,000 rows, and reading each one's two timestamps cost more than the
+    query. An hour is a rollup row's stored bucket, read as it is (no Trunc)."""
+    terminations = sorted(rollups.order_by().values_list("termination", flat=True).distinct())
+    per_termination = {
+        f"ended_{index}": Sum("traces", filter=Q(termination=name))
+        for index, name in enumerate(terminations)
+    }
+    period = F("bucket") if bucket == "hour" else BUCKETS[bucket]("bucket")
+    rows = (
+        rollups.order_by()
+        .annotate(period=period)
+        .values("model", "adapter_version", "period")
+        .annotate(
+            **{f"sum_{name}": aggregate for name, aggregate in _ROLLUP_SUMS.items()},
+            succeeded_as_reported=Sum("succeeded", filter=~_FAILURE_ENDED),
+            failed_as_reported=Sum("unsuccessful", filter=~_FAILURE_ENDED),
+            failure_ended=Sum("traces", filter=_FAILURE_ENDED),
+            **per_termination,
+        )
+    )
+    local = functools.cache(timezone.localtime)  # once per distinct period: as Trunc returns it
+    return [
+        {
+            **{name: row[f"sum_{name}"] for name in _ROLLUP_SUMS},
+            "model": row["model"],
+            "adapter_version": row["adapter_version"],
+            "period": local(row["period"]),
+            "terminations": {
+                name: row[f"ended_{index}"]
+                for index, name in enumerate(terminations)
+                if row[f"ended_{index}"] is not None
+            },
+            "succeeded": row["succeeded_as_reported"] or 0,
+            "failed": (row["failed_as_reported"] or 0) + (row["failure_ended"] or 0),
+        }
+        for row in rows
+    ]
 
 
 def _hours_make_days() -> bool:

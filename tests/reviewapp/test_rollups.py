@@ -9,9 +9,10 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from reviewapp.filters import filtered_traces
-from reviewapp.models import RolledUpTrace, ToolRollup, Trace, TraceRollup
+from reviewapp.models import Feedback, RolledUpTrace, ToolRollup, Trace, TraceRollup
 from reviewapp.services.calls import RecordedCall, record_model_call
 from reviewapp.services.monitors import Monitor, compute_monitor, monitor_of_traces
 from reviewapp.services.rollups import rebuild_rollups, roll_up_traces
@@ -223,6 +224,36 @@ def test_a_trace_received_late_in_the_day_is_in_that_day(project):
         == []
     )
     _assert_rollups_exact(project, until=late.date())
+
+
+def test_hours_and_days_in_a_time_zone_ahead_of_utc_equal_the_sum_over_every_trace(project):
+    """A rollup's bucket is an hour of UTC, read as stored; in the current time zone (here one
+    that leaves summer time, so an hour of the clock comes twice) the monitor's hours and days
+    are still those of the traces, feedback included."""
+    received = [
+        datetime(2026, 10, 24, 21, 59, 59, tzinfo=UTC),  # 23:59:59 in Paris, summer time
+        datetime(2026, 10, 24, 22, 0, tzinfo=UTC),  # midnight in Paris: the next day
+        datetime(2026, 10, 25, 0, 30, tzinfo=UTC),  # 02:30, first time round
+        datetime(2026, 10, 25, 1, 30, tzinfo=UTC),  # 02:30 again, winter time
+        datetime(2026, 10, 25, 1, 45, tzinfo=UTC),
+    ]
+    traces = [
+        Trace.objects.create(
+            project=project, external_id=f"tz-{index}", source="api", body=b"",
+            content_hash="x", received_at=at, termination="timeout" if index % 2 else "completed",
+            adapter_version="acme-v1" if index < 2 else "acme-v2",
+        )
+        for index, at in enumerate(received)
+    ]  # fmt: skip
+    for trace in traces[1:4]:
+        Feedback.objects.create(trace=trace, text="ok", content_hash=f"f-{trace.pk}")
+    roll_up_traces(trace_ids=[trace.pk for trace in traces])
+    with timezone.override("Europe/Paris"):
+        _assert_rollups_exact(project)
+        hourly = compute_monitor(project=project, bucket="hour")
+    assert [(g.bucket.strftime("%d %H:%M"), g.traces, g.with_feedback) for g in hourly.series] == [
+        ("24 23:00", 1, 0), ("25 00:00", 1, 1), ("25 02:00", 3, 2),
+    ]  # fmt: skip
 
 
 SQLITE_SCRIPT = """
