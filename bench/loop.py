@@ -254,6 +254,7 @@ def _run_loop(api: httpx.Client, gateway: str, key: str, adapters_dir: Path, arg
     to_first = first.started + first.seconds - clicked
     print(f"click -> first gateway answer from {adapter}: {to_first:.1f} s "
           f"(training itself: {train_seconds} s)")  # fmt: skip
+    print(f"evaluation replies generated on: {run['eval'].get('evaluated_on')}")
     print(
         f"adapter load on vLLM: median {statistics.median(load_seconds):.3f} s over "
         f"{len(load_seconds)} loads; one base call {base_call:.3f} s; "

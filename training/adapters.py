@@ -65,7 +65,7 @@ def write_adapter(
         }
         (partial / "lineage.json").write_text(json.dumps(lineage, indent=2, sort_keys=True))
         checksum = adapter_checksum(partial)
-        _readable_by_all(partial)
+        make_readable_by_all(partial)
         # The lock makes "is the name free" and "take it" one step for every writer of this
         # root; os.rename alone would replace an empty directory of the same name.
         with FileLock(dest_root / ".write.lock"):
@@ -78,7 +78,7 @@ def write_adapter(
     return AdapterInfo(path=destination, checksum=checksum)
 
 
-def _readable_by_all(adapter_dir: Path) -> None:
+def make_readable_by_all(adapter_dir: Path) -> None:
     """mkdtemp makes the dir 0700 and safetensors writes 0600: on a shared adapter store the
     model servers (often another user than the worker that trained) could not read it."""
     for path in adapter_dir.rglob("*"):

@@ -26,7 +26,8 @@ from training.chat import (
     render_prompt,
 )
 from training.losses import per_token_topk_tail_kl
-from training.sampling import adapter_disabled, generate_replies, reply_logits
+from training.repliers import InProcessReplier, Replier
+from training.sampling import adapter_disabled, reply_logits
 from training.targets import run_checks
 
 STATUSES = ("fixed", "still failing", "regressed", "still passing")
@@ -65,6 +66,7 @@ def compare_replies(
     k: int = 20,
     batch_size: int = 8,
     base_cache: dict | None = None,
+    replier: Replier | None = None,
 ) -> list[dict[str, Any]]:
     """Before/after results for items `{"context", "checks"?, "tools"?, "teacher_context"?,
     "reference"?, "original"?}` (reference: an approved assistant message for the context;
@@ -73,11 +75,21 @@ def compare_replies(
 
     `base_cache`: the base side (its greedy replies and their divergence from the teacher) is
     the same for every candidate adapter of a run; pass one dict to each evaluation and it is
-    computed once."""
+    computed once. `replier` writes the greedy replies (default: in this process); the
+    divergence and drift are measured here either way."""
+    base_cache = {} if base_cache is None else base_cache
+    replier = replier or InProcessReplier(tokenizer.eos_token_id, batch_size)
     budgets = [
         max_new_tokens or generation_budget(tokenizer, item.get("original")) for item in items
     ]
-    # Items of similar budgets batched together: a batch generates as long as its longest.
+    prompts = [render_prompt(tokenizer, item["context"], item.get("tools")) for item in items]
+    before_key = ("replies", tuple(map(tuple, prompts)), tuple(budgets))
+    if before_key not in base_cache:
+        base_cache[before_key] = replier.greedy_replies(model, prompts, budgets, adapter_on=False)
+    replies_before = base_cache[before_key]
+    replies_after = replier.greedy_replies(model, prompts, budgets, adapter_on=True)
+
+    # Items of similar reply lengths measured together: a batch pads to its longest.
     order = sorted(range(len(items)), key=lambda index: budgets[index])
     results: list[dict[str, Any]] = [{} for _ in items]
     for start in range(0, len(order), batch_size):
@@ -86,9 +98,11 @@ def compare_replies(
             model,
             tokenizer,
             [items[i] for i in chunk],
-            max(budgets[i] for i in chunk),
+            [prompts[i] for i in chunk],
+            [replies_before[i] for i in chunk],
+            [replies_after[i] for i in chunk],
             k,
-            {} if base_cache is None else base_cache,
+            base_cache,
         )
         for index, result in zip(chunk, batch, strict=True):
             results[index] = result
@@ -110,16 +124,18 @@ def evaluate_adapter(
     feedback_items: Sequence[dict[str, Any]],
     regression_items: Sequence[dict[str, Any]],
     base_cache: dict | None = None,
+    replier: Replier | None = None,
 ) -> dict[str, Any]:
     """The gate's report: before/after on the trained feedback, the held-out feedback and the
     regression prompts.
 
     Feedback items carry `held_out` and `tags`; both kinds may carry ids (`feedback_id`,
     `target_id`, `trace_id`) and a `prompt`/`source`, kept in the stored rows with the
-    replies, checks and status (contexts are not stored). `base_cache`: see `compare_replies`.
+    replies, checks and status (contexts are not stored). `base_cache`, `replier`: see
+    `compare_replies`.
     """
     inputs = [*feedback_items, *regression_items]
-    results = compare_replies(model, tokenizer, inputs, base_cache=base_cache)
+    results = compare_replies(model, tokenizer, inputs, base_cache=base_cache, replier=replier)
     kept_keys = ("feedback_id", "target_id", "trace_id", "source", "prompt")
     rows = [
         {**{key: item[key] for key in kept_keys if key in item}, **result}
@@ -164,24 +180,14 @@ def _compare_batch(
     model: PeftModel,
     tokenizer: PreTrainedTokenizerBase,
     items: Sequence[dict[str, Any]],
-    max_new_tokens: int,
+    prompts: list[list[int]],
+    replies_before: list[list[int]],
+    replies_after: list[list[int]],
     k: int,
     base_cache: dict,
 ) -> list[dict[str, Any]]:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    prompts = [render_prompt(tokenizer, item["context"], item.get("tools")) for item in items]
-    before_key = ("replies", tuple(map(tuple, prompts)), max_new_tokens)
-    if before_key not in base_cache:
-        with adapter_disabled(model):
-            base_cache[before_key] = generate_replies(
-                model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
-            )
-    replies_before = base_cache[before_key]
-    replies_after = generate_replies(
-        model, prompts, eos_token_id=eos, max_new_tokens=max_new_tokens, temperature=None
-    )
-
     results = []
     for item, before, after in zip(items, replies_before, replies_after, strict=True):
         checks = item.get("checks") or []
@@ -218,7 +224,12 @@ def _compare_batch(
             )
 
         # The base against the teacher is the same for every candidate.
-        before_divergence = ("divergence", before_key, tuple(map(tuple, teacher_prompts)))
+        before_divergence = (
+            "divergence",
+            tuple(map(tuple, student_prompts)),
+            tuple(tuple(replies_before[i]) for i in teacher_rows),
+            tuple(map(tuple, teacher_prompts)),
+        )
         if before_divergence not in base_cache:
             base_cache[before_divergence] = measure(replies_before, adapter_on=False)
         for side, values in (

@@ -12,11 +12,13 @@ import time
 import traceback
 from pathlib import Path
 
+import httpx
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from reviewapp.gateway.routing import upstream_urls
 from reviewapp.learning.deploy import deploy_adapter
 from reviewapp.learning.models import (
     ACTIVE_RUN_STATUSES,
@@ -35,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 # Progress is written at most this often; more would only load the database.
 PROGRESS_INTERVAL_S = 1.0
+# One greedy reply of up to MAX_EVAL_TOKENS on a busy CPU server, all items in flight at once.
+EVALUATION_TIMEOUT_S = 300.0
 
 
 def execute_run(run: TrainingRun) -> str:
@@ -109,20 +113,23 @@ def _execute(run: TrainingRun) -> str:
 
     move(run.pk, source=RunStatus.TRAINING, target=RunStatus.EVALUATING)
     base_side: dict = {}  # the base's replies, answered once for every candidate
-    report, candidates = choose_candidate(
-        model,
-        config,
-        result,
-        evaluate=lambda: _evaluate(
-            model, tokenizer, targets, held_out, tools, good_traces, base_side
-        ),
-        thresholds=settings_for(project).gate_thresholds(),
-    )
+    with httpx.Client(timeout=EVALUATION_TIMEOUT_S) as client:
+        replier, evaluated_on = _evaluation_replier(run, model_dir, tokenizer, client)
+        report, candidates = choose_candidate(
+            model,
+            config,
+            result,
+            evaluate=lambda: _evaluate(
+                model, tokenizer, targets, held_out, tools, good_traces, base_side, replier
+            ),
+            thresholds=settings_for(project).gate_thresholds(),
+        )
     metrics = {
         # What was stored when the run was created (the training-data accounting) stays.
         **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
         **report,
         "candidates": candidates,
+        "evaluated_on": dict(evaluated_on),
         "train": {
             "steps": result.steps,
             "chosen_step": next(c["step"] for c in candidates if c["chosen"]),
@@ -219,7 +226,47 @@ def _latest_checkpoint(directory: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cache) -> dict:
+def _evaluation_replier(run: TrainingRun, model_dir: Path, tokenizer, client: httpx.Client):
+    """The evaluation's greedy replies come from the first of the project's model servers that
+    answers and serves this run's base model (its candidates loaded there under names no route
+    knows), else from this process. Returns the replier and the record of what answered
+    (filled in as it answers)."""
+    from training.repliers import InProcessReplier, ServerReplier
+
+    project = run.project
+    in_process = InProcessReplier(tokenizer.eos_token_id)
+    served_name = project.upstream_model or project.served_model
+    for url in upstream_urls(project):
+        try:
+            served = client.get(f"{url}/models", timeout=5).json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            continue
+        # The served name alone could be another model: the weights' directory must match too.
+        roots = {entry.get("root") for entry in served if entry.get("id") == served_name}
+        if not any(_same_model(root, model_dir, project.base_model) for root in roots):
+            continue
+        server = ServerReplier(
+            client,
+            url,
+            base_model=served_name,
+            scratch_dir=Path(settings.ADAPTERS_DIR) / ".evaluation",
+            eos_token_id=tokenizer.eos_token_id,
+            fallback=in_process,
+            name_prefix=f"eval-run{run.pk}",
+        )
+        return server, server.record
+    return in_process, {"server": "", "error": "no model server serving the base model answered"}
+
+
+def _same_model(root: str | None, model_dir: Path, base_model: str) -> bool:
+    """vLLM's `root` is the --model it was started with: the base model's name or a directory
+    (the same one, or a copy of it under the same name on the server's machine)."""
+    if not root:
+        return False
+    return root == base_model or Path(root).name == Path(model_dir).resolve().name
+
+
+def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cache, replier) -> dict:
     """Before/after on the feedback (trained and held out) and on the regression prompts."""
     from training.eval_sets import general_regression_items
     from training.evaluation import evaluate_adapter
@@ -258,7 +305,12 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cach
         for trace, (context, answer, trace_tools) in good_traces
     ]
     return evaluate_adapter(
-        model, tokenizer, feedback_items, general_regression_items() + trace_items, base_cache
+        model,
+        tokenizer,
+        feedback_items,
+        general_regression_items() + trace_items,
+        base_cache,
+        replier=replier,
     )
 
 

@@ -98,6 +98,7 @@ def test_teacher_divergence_and_drift_are_reported_when_asked_for(yes_sayer):
 
 def test_the_base_side_is_answered_once_for_every_candidate(yes_sayer, monkeypatch):
     import training.evaluation as evaluation
+    import training.repliers as repliers
 
     model, tokenizer = yes_sayer
     items = [
@@ -109,9 +110,9 @@ def test_the_base_side_is_answered_once_for_every_candidate(yes_sayer, monkeypat
         for q in QUESTIONS
     ]
     generated, measured = [], []
-    real_generate, real_logits = evaluation.generate_replies, evaluation.reply_logits
+    real_generate, real_logits = repliers.generate_replies, evaluation.reply_logits
     monkeypatch.setattr(
-        evaluation,
+        repliers,
         "generate_replies",
         lambda *args, **kwargs: generated.append(1) or real_generate(*args, **kwargs),
     )

@@ -322,3 +322,28 @@ def test_a_final_adapter_that_passes_the_gate_is_the_only_candidate(project, app
 
     run.refresh_from_db()
     assert [(c["step"], c["chosen"]) for c in run.metrics["candidates"]] == [(6, True)]
+
+
+def test_with_no_model_server_answering_the_worker_evaluates_and_the_run_page_says_so(
+    project, approved, alice, settings
+):
+    from django.test import Client
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    project.settings = {**project.settings, "upstreams": [f"http://127.0.0.1:{free_port()}/v1"]}
+    project.save()
+    run = start_retrain(project=project)
+
+    assert run_training(run.pk) == RunStatus.TRAINED
+
+    run.refresh_from_db()
+    assert run.metrics["evaluated_on"] == {
+        "server": "",
+        "error": "no model server serving the base model answered",
+    }
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
+    assert (
+        "Replies generated in the worker (no model server serving the base model answered)" in page
+    )

@@ -1,0 +1,166 @@
+"""Greedy replies for the evaluation: in the worker's process, or on a running model server.
+
+A replier answers token-id prompts, each within its own token budget, from the base (adapter
+off) or from the model's current adapter. On a vLLM server the base is the served model and the
+adapter is saved to a scratch directory the server can read, loaded under a name of its own
+that no route names (so no traffic reaches it), asked every prompt at once, then unloaded and
+deleted. Plain httpx, no Django: reviewapp/learning/ chooses the server.
+"""
+
+import contextlib
+import shutil
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+from peft import PeftModel
+
+from training.adapters import make_readable_by_all
+from training.deploy import DeployError, load_adapter
+from training.sampling import adapter_disabled, generate_replies
+
+
+class Replier(Protocol):
+    def greedy_replies(
+        self, model: PeftModel, prompts: list[list[int]], budgets: list[int], *, adapter_on: bool
+    ) -> list[list[int]]:
+        """One greedy reply per prompt, at most its budget long, ending with the end-of-turn
+        token when the model wrote one."""
+        ...
+
+
+class InProcessReplier:
+    """HF generate in this process, prompts of similar budgets batched together."""
+
+    def __init__(self, eos_token_id: int, batch_size: int = 8) -> None:
+        self.eos_token_id = eos_token_id
+        self.batch_size = batch_size
+
+    def greedy_replies(
+        self, model: PeftModel, prompts: list[list[int]], budgets: list[int], *, adapter_on: bool
+    ) -> list[list[int]]:
+        # A batch generates as long as its longest budget; each reply is then cut to its own,
+        # which greedy decoding makes the same as generating it alone.
+        order = sorted(range(len(prompts)), key=lambda index: budgets[index])
+        replies: list[list[int]] = [[] for _ in prompts]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            with contextlib.nullcontext() if adapter_on else adapter_disabled(model):
+                batch = generate_replies(
+                    model,
+                    [prompts[i] for i in chunk],
+                    eos_token_id=self.eos_token_id,
+                    max_new_tokens=max(budgets[i] for i in chunk),
+                    temperature=None,
+                )
+            for index, reply in zip(chunk, batch, strict=True):
+                replies[index] = reply[: budgets[index]]
+        return replies
+
+
+class ServerError(RuntimeError):
+    """The model server did not answer the evaluation."""
+
+
+class ServerReplier:
+    """Greedy replies from a vLLM server; after its first failure, every later call (and the
+    failed one) is answered by `fallback`. `record` says which answered how many replies."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        base_url: str,
+        *,
+        base_model: str,
+        scratch_dir: Path,
+        eos_token_id: int,
+        fallback: Replier,
+        name_prefix: str = "eval",
+        concurrency: int = 32,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.base_model = base_model
+        self.scratch_dir = scratch_dir
+        self.eos_token_id = eos_token_id
+        self.fallback = fallback
+        self.name_prefix = name_prefix
+        self.concurrency = concurrency
+        self.record = {
+            "server": self.base_url,
+            "server_replies": 0,
+            "in_process_replies": 0,
+            "error": "",
+        }
+
+    def greedy_replies(
+        self, model: PeftModel, prompts: list[list[int]], budgets: list[int], *, adapter_on: bool
+    ) -> list[list[int]]:
+        if not self.record["error"]:
+            try:
+                if adapter_on:
+                    replies = self._with_temporary_adapter(model, prompts, budgets)
+                else:
+                    replies = self._complete(self.base_model, prompts, budgets)
+            except (ServerError, DeployError, httpx.HTTPError, OSError) as error:
+                self.record["error"] = f"{type(error).__name__}: {error}"[:500]
+            else:
+                self.record["server_replies"] += len(prompts)
+                return replies
+        replies = self.fallback.greedy_replies(model, prompts, budgets, adapter_on=adapter_on)
+        self.record["in_process_replies"] += len(prompts)
+        return replies
+
+    def _with_temporary_adapter(
+        self, model: PeftModel, prompts: list[list[int]], budgets: list[int]
+    ) -> list[list[int]]:
+        name = f"{self.name_prefix}-{uuid.uuid4().hex[:12]}"
+        directory = self.scratch_dir / name
+        try:
+            model.save_pretrained(directory)
+            make_readable_by_all(directory)
+            load_adapter(self.client, self.base_url, name=name, path=str(directory))
+            try:
+                return self._complete(name, prompts, budgets)
+            finally:
+                unload_adapter(self.client, self.base_url, name=name)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _complete(
+        self, model_name: str, prompts: list[list[int]], budgets: list[int]
+    ) -> list[list[int]]:
+        """One request per prompt, all in flight together: the server batches them."""
+
+        def complete(prompt: list[int], budget: int) -> list[int]:
+            response = self.client.post(
+                f"{self.base_url}/completions",
+                json={
+                    "model": model_name,
+                    "prompt": prompt,
+                    "max_tokens": budget,
+                    "temperature": 0,
+                    "stop_token_ids": [self.eos_token_id],
+                    "return_token_ids": True,
+                },
+            )
+            if response.status_code >= 400:
+                raise ServerError(f"HTTP {response.status_code}: {response.text[:300]}")
+            try:
+                reply = list(response.json()["choices"][0]["token_ids"])
+            except (ValueError, KeyError, IndexError, TypeError) as error:
+                raise ServerError(f"no reply token ids in the answer: {error!r}") from None
+            end = reply.index(self.eos_token_id) + 1 if self.eos_token_id in reply else len(reply)
+            return reply[:end]
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(complete, prompts, budgets))
+
+
+def unload_adapter(client: httpx.Client, base_url: str, *, name: str) -> None:
+    """POST /v1/unload_lora_adapter; raises ServerError unless the server dropped it."""
+    response = client.post(f"{base_url.rstrip('/')}/unload_lora_adapter", json={"lora_name": name})
+    if response.status_code >= 400:
+        raise ServerError(f"unloading {name}: HTTP {response.status_code}: {response.text[:300]}")
