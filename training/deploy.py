@@ -62,6 +62,13 @@ def load_adapter(
     )
 
 
+def unload_adapter(client: httpx.Client, base_url: str, *, name: str) -> None:
+    """POST /v1/unload_lora_adapter on one server; raises DeployError unless it dropped it."""
+    response = client.post(f"{base_url.rstrip('/')}/unload_lora_adapter", json={"lora_name": name})
+    if response.status_code >= 400:
+        raise DeployError(f"unloading {name}: HTTP {response.status_code}: {response.text[:300]}")
+
+
 def canary_request(client: httpx.Client, base_url: str, *, model: str) -> str:
     """One short completion from the new adapter; raises DeployError unless it answers."""
     response = _post_with_retries(

@@ -18,7 +18,7 @@ import httpx
 from peft import PeftModel
 
 from training.adapters import make_readable_by_all
-from training.deploy import DeployError, load_adapter
+from training.deploy import DeployError, load_adapter, unload_adapter
 from training.sampling import adapter_disabled, generate_replies
 
 
@@ -157,10 +157,3 @@ class ServerReplier:
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(complete, prompts, budgets))
-
-
-def unload_adapter(client: httpx.Client, base_url: str, *, name: str) -> None:
-    """POST /v1/unload_lora_adapter; raises ServerError unless the server dropped it."""
-    response = client.post(f"{base_url.rstrip('/')}/unload_lora_adapter", json={"lora_name": name})
-    if response.status_code >= 400:
-        raise ServerError(f"unloading {name}: HTTP {response.status_code}: {response.text[:300]}")
