@@ -195,3 +195,33 @@ async def test_other_paths_go_through_the_site(served, key):
 def test_the_gateway_middleware_is_the_sites_own_in_the_same_order():
     positions = [settings.MIDDLEWARE.index(path) for path in settings.GATEWAY_MIDDLEWARE]
     assert positions == sorted(positions)
+
+
+async def test_a_changed_content_security_policy_is_served_as_the_site_serves_it(
+    served, key, settings
+):
+    """The gateway builds the policies once (GatewayCSPMiddleware); a settings change is seen."""
+    application, _ = served
+    headers = {"Authorization": f"Bearer {key}"}
+    await through_served(application, "GET", "/v1/models", headers=headers)  # policies built
+    settings.CONTENT_SECURITY_POLICY = {"DIRECTIVES": {"default-src": ["'none'"]}}
+    settings.CONTENT_SECURITY_POLICY_REPORT_ONLY = {"DIRECTIVES": {"img-src": ["'self'"]}}
+    _, _, served_headers = await through_served(application, "GET", "/v1/models", headers=headers)
+    _, _, site_headers = await through_site("GET", "/v1/models", headers=headers)
+    assert comparable(served_headers) == comparable(site_headers)
+    assert served_headers["Content-Security-Policy"] == "default-src 'none'"
+    assert "img-src 'self'" in served_headers["Content-Security-Policy-Report-Only"]
+
+
+async def test_each_gateway_path_is_resolved_to_its_own_view(served, key):
+    """The handler resolves a path once and reuses the match: each path keeps its own view."""
+    application, taken = served
+    headers = {"Authorization": f"Bearer {key}"}
+    for _ in range(2):
+        status, body, _ = await through_served(application, "GET", "/v1/models", headers=headers)
+        assert status == 200 and orjson.loads(body)["object"] == "list"
+        status, _, _ = await through_served(
+            application, "GET", "/v1/chat/completions", headers=headers
+        )
+        assert status == 405
+    assert taken == ["/v1/models", "/v1/chat/completions"] * 2
