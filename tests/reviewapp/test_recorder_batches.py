@@ -13,7 +13,7 @@ from reviewapp import tasks
 from reviewapp.gateway import conversation
 from reviewapp.gateway import recorder as recorder_module
 from reviewapp.gateway.recorder import CallRecorder
-from reviewapp.models import ModelCall, Trace
+from reviewapp.models import ModelCall, Trace, TraceSegment
 from reviewapp.services import calls
 from reviewapp.services.calls import insert_rows, record_model_calls
 from tests.reviewapp.test_gateway_episode import answer, call_of, run_episode
@@ -259,3 +259,37 @@ def test_the_requests_kept_in_memory_stay_under_their_limit(monkeypatch):
 
     assert list(kept.entries) == [(1, "t4"), (1, "t2"), (1, "t5")]
     assert kept.size == 900
+
+
+def _fields(row) -> dict:
+    """The row's values; a default time (timezone.now when built) as its type only."""
+    values = {
+        name: "a time" if name in {"received_at", "updated_at"} and value else value
+        for name, value in vars(row).items()
+        if name != "_state"
+    }
+    return {**values, "_cached": dict(row._state.fields_cache), "_adding": row._state.adding}
+
+
+def test_new_row_builds_the_row_the_models_init_builds():
+    """calls.new_row skips Model.__init__'s per-field work, not what it sets."""
+    now = timezone.now()
+    trace_values = dict(
+        project_id=7, external_id="gw-1", source="gateway", started_at=now, body=b"",
+        recording={"tools": [], "error_chars": 0},
+    )  # fmt: skip
+    assert _fields(calls.new_row(Trace, **trace_values)) == _fields(Trace(**trace_values))
+    trace = Trace(**trace_values)
+    for model, values in [
+        (ModelCall, dict(project_id=7, requested_model="m", started_at=now, latency_ms=1.5)),
+        (ModelCall, dict(project_id=7, trace=trace, response=None, status_code=None)),
+        (TraceSegment, dict(trace=trace, messages=b"x")),
+    ]:
+        built, expected = calls.new_row(model, **values), model(**values)
+        assert _fields(built) == _fields(expected)
+        assert type(built) is model and built.pk is None
+    # Each row gets its own mutable defaults, as with __init__.
+    first, second = calls.new_row(Trace, project_id=1), calls.new_row(Trace, project_id=1)
+    for name, value in vars(first).items():
+        if isinstance(value, dict | list):
+            assert value is not getattr(second, name)
