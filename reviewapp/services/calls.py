@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 import orjson
 from django.conf import settings
 from django.db import connection, models, transaction
-from django.db.models import signals
+from django.db.models import NOT_PROVIDED, signals
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -169,9 +169,37 @@ def _insert_statement(model: type[models.Model]) -> tuple[str, _InsertFields]:
     return _INSERT_STATEMENTS[model]
 
 
-# Per model: the fields a new row gets its default for, as (attname, get_default, through
-# setattr: the attribute has a descriptor that sets it).
-_ROW_DEFAULTS: dict[type, list[tuple[str, Callable[[], object], bool]]] = {}
+@dataclass(frozen=True)
+class _RowDefaults:
+    """What Model.__init__ gives a model's fields when not passed: the same value every time
+    (no default, or a default that is not callable: __init__ shares that one object too), or
+    a callable's value per row (`dict`, `timezone.now`, a database default's expression)."""
+
+    constant: dict[str, object]  # attname -> value, for attributes set in the row's __dict__
+    per_row: list[tuple[str, Callable[[], object]]]  # attname -> field.get_default
+    through_setattr: list[tuple[str, Callable[[], object]]]  # attributes with a setter
+
+
+_ROW_DEFAULTS: dict[type, _RowDefaults] = {}
+
+
+def _row_defaults(model: type[models.Model]) -> _RowDefaults:
+    defaults = _ROW_DEFAULTS.get(model)
+    if defaults is None:
+        constant, per_row, through_setattr = {}, [], []
+        for field in model._meta.fields:
+            if field.column is None or field.generated:  # as __init__: nothing to set
+                continue
+            if hasattr(type(getattr(model, field.attname, None)), "__set__"):
+                through_setattr.append((field.attname, field.get_default))
+            elif field.db_default is NOT_PROVIDED and (
+                not field.has_default() or not callable(field.default)
+            ):
+                constant[field.attname] = field.get_default()
+            else:
+                per_row.append((field.attname, field.get_default))
+        defaults = _ROW_DEFAULTS[model] = _RowDefaults(constant, per_row, through_setattr)
+    return defaults
 
 
 def new_row(model: type[models.Model], **values) -> models.Model:
@@ -182,25 +210,15 @@ def new_row(model: type[models.Model], **values) -> models.Model:
     single part of the recorder's Python per call (bench/README.md, gateway.py)."""
     if signals.pre_init.has_listeners(model) or signals.post_init.has_listeners(model):
         return model(**values)
-    defaults = _ROW_DEFAULTS.get(model)
-    if defaults is None:
-        defaults = _ROW_DEFAULTS[model] = [
-            (
-                field.attname,
-                field.get_default,
-                hasattr(type(getattr(model, field.attname, None)), "__set__"),
-            )
-            for field in model._meta.fields
-            if field.column is not None and not field.generated
-        ]
+    defaults = _row_defaults(model)
     row = model.__new__(model)
     row._state = ModelState()
     state = row.__dict__
-    for attname, default, through_setattr in defaults:
-        if through_setattr:
-            setattr(row, attname, default())
-        else:
-            state[attname] = default()
+    state.update(defaults.constant)
+    for attname, default in defaults.per_row:
+        state[attname] = default()
+    for attname, default in defaults.through_setattr:
+        setattr(row, attname, default())
     for name, value in values.items():
         setattr(row, name, value)
     return row
