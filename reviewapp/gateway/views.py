@@ -67,7 +67,9 @@ class DatabaseUnavailable(Exception):
 
 
 async def _authenticate(request: HttpRequest) -> GatewayProject | None:
-    header = request.headers.get("Authorization", "")
+    # The gateway reads its headers from request.META ("HTTP_" + the name upper-cased, "-" as
+    # "_"), what request.headers is made of: making request.headers parses every header name.
+    header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None
@@ -86,7 +88,7 @@ def _unavailable() -> JsonResponse:
 def _unauthorized(request: HttpRequest) -> JsonResponse:
     """OpenAI's two 401s: no key at all (no code), and a key it does not know."""
     refusals.count(project_id=None, reason=RefusalReason.INVALID_API_KEY)
-    _, _, secret = request.headers.get("Authorization", "").strip().partition(" ")
+    _, _, secret = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
     if not secret.strip():
         return openai_error(
             401,
@@ -147,7 +149,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     if refused := _without_ingest_scope(project):
         return refused
     body, refused = _parsed_body(request)
-    trace_id = request.headers.get("X-Trace-Id", "").strip()
+    trace_id = request.META.get("HTTP_X_TRACE_ID", "").strip()
     if not refused and (len(trace_id) > MAX_TRACE_ID_LENGTH or "/" in trace_id):
         refused = openai_error(400, "X-Trace-Id: at most 200 characters, no '/'")
     if refused:
@@ -155,7 +157,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return refused
     # An OTel-instrumented harness names its trace here; OTLP ingest uses the same id, so the
     # call and the harness's spans land in one trace.
-    trace_id = trace_id or trace_id_from_traceparent(request.headers.get("traceparent", "")) or ""
+    trace_id = trace_id or trace_id_from_traceparent(request.META.get("HTTP_TRACEPARENT", "")) or ""
 
     destination = destination_for(project, body["model"])
     if destination is None:
