@@ -66,17 +66,22 @@ def reply_logits(
 
     Returns `logits` [B, R, V] where `logits[b, t]` is the distribution the model gave reply
     token t of row b, and `mask` [B, R] marking real reply tokens (R: the longest reply).
-    Gradients flow unless the caller disables them.
+    Gradients flow unless the caller disables them. Full-vocabulary logits are computed only
+    from the shortest prompt's end on: the prompts' logits would be thrown away.
     """
     device = model.device
     sequences = [prompt + reply for prompt, reply in zip(prompts, replies, strict=True)]
     input_ids, attention_mask = pad_right(sequences, pad_token_id, device)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    # Token at position p is predicted by the logits at p - 1.
+    first = min(len(prompt) for prompt in prompts) - 1
+    window = torch.arange(first, input_ids.shape[1], device=device)
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=window, use_cache=False
+    ).logits
     reply_width = max(len(reply) for reply in replies)
     offsets = torch.arange(reply_width, device=device)
-    # Token at position p is predicted by the logits at p - 1.
-    starts = torch.tensor([len(prompt) - 1 for prompt in prompts], device=device)
-    positions = (starts[:, None] + offsets).clamp_max(input_ids.shape[1] - 1)
+    starts = torch.tensor([len(prompt) - 1 - first for prompt in prompts], device=device)
+    positions = (starts[:, None] + offsets).clamp_max(logits.shape[1] - 1)
     rows = torch.arange(len(prompts), device=device)[:, None]
     mask = (
         offsets[None, :] < torch.tensor([len(reply) for reply in replies], device=device)[:, None]
