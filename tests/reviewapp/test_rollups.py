@@ -1,6 +1,7 @@
 """The rollups equal a sum over every trace, after traces are written through the real paths
 (the ingest API, the gateway's recorder, the outcome endpoint) and after those traces change."""
 
+import math
 import os
 import subprocess
 import sys
@@ -9,13 +10,15 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from reviewapp.filters import filtered_traces
 from reviewapp.models import Feedback, RolledUpTrace, ToolRollup, Trace, TraceRollup
+from reviewapp.services import rollups
 from reviewapp.services.calls import RecordedCall, record_model_call
 from reviewapp.services.monitors import Monitor, compute_monitor, monitor_of_traces
-from reviewapp.services.rollups import rebuild_rollups, roll_up_traces
+from reviewapp.services.rollups import SHARE_FIELDS, rebuild_rollups, roll_up_traces
 from tests.factories import ApiClient, make_trace
 from tests.reviewapp.scenarios import SHORT_ANSWER, play
 
@@ -188,6 +191,93 @@ def test_a_deleted_trace_is_taken_out(project, written):
     assert not TraceRollup.objects.filter(termination="timeout", model=gone.model).exists()
     _assert_rollups_exact(project)
     _assert_same_as_rebuilt()
+
+
+class _Undone(Exception):
+    pass
+
+
+def _changes_in_two_batches(project) -> None:
+    """Writes that meet stored rollup rows: shares replaced (RolledUpTrace conflicts), sums
+    added to and taken from existing rows, a tool emptied, a row's first trace moved out, a
+    trace deleted, an earlier trace put in a row; then the same traces changed again."""
+    p1, p2, p3 = (Trace.objects.get(external_id=name) for name in ("p-1", "p-2", "p-3"))
+    with_tools = Trace.objects.filter(tool_error_count__gt=0).order_by("pk")
+    failed, other = with_tools[0], with_tools[1]
+    first = Trace.objects.filter(adapter_version="acme-v1").order_by("received_at").first()
+    Trace.objects.filter(pk=p1.pk).update(success=False, reward=0.25, termination="tool_error")
+    Trace.objects.filter(pk=failed.pk).update(tool_errors={}, tool_error_count=0)
+    Trace.objects.filter(pk=first.pk).update(adapter_version="acme-v0")
+    gone_id = p3.pk
+    p3.delete()
+    early = Trace.objects.create(
+        project=project, external_id="early", source="api", body=b"", content_hash="x",
+        received_at=p2.received_at - timedelta(seconds=1), termination=p2.termination,
+        model=p2.model, adapter_version=p2.adapter_version, reward=1.5, completion_tokens=3,
+        tool_results={"lookup": 2, "search": 1}, tool_errors={"lookup": 1},
+        tool_result_count=3, tool_error_count=1, tool_call_count=3, answer_count=1,
+        answer_words=4,
+    )  # fmt: skip
+    batch = [p1.pk, p2.pk, gone_id, failed.pk, other.pk, first.pk, early.pk]
+    roll_up_traces(trace_ids=batch)
+    Trace.objects.filter(pk=p1.pk).update(reward=None, success=True, completion_tokens=11)
+    Trace.objects.filter(pk=early.pk).update(tool_results={"lookup": 1}, tool_result_count=1)
+    roll_up_traces(trace_ids=batch)
+
+
+def _stored_rollups() -> tuple:
+    """Every rollup row, their reward totals (added in the same order by either path), and
+    the RolledUpTrace rows by the trace's external id (a trace the test creates gets another
+    id each time)."""
+    external = dict(Trace.objects.values_list("pk", "external_id"))
+    shares = sorted(
+        (external[row.pop("trace_id")], tuple(row.items()))
+        for row in RolledUpTrace.objects.values("trace_id", *SHARE_FIELDS)
+    )
+    rewards = sorted(
+        TraceRollup.objects.values_list(
+            "project", "model", "adapter_version", "bucket", "termination", "reward_total"
+        )
+    )
+    return *_rows(), rewards, shares
+
+
+def test_batches_meeting_stored_rollups_merge_as_the_orms_upserts_do(project, written, monkeypatch):
+    """The same batches through PostgreSQL statements of our own (rows as JSON documents) and
+    through the ORM's upserts (SQLite's path) leave the same rows, equal to a rebuild."""
+
+    def roll_up(*, own_statements: bool) -> tuple:
+        def not_this_path(*args, **kwargs):
+            raise AssertionError("the other path")
+
+        with monkeypatch.context() as patched:
+            if own_statements:
+                patched.setattr(rollups, "_upsert", not_this_path)
+                patched.setattr(RolledUpTrace.objects, "bulk_create", not_this_path)
+            else:
+                patched.setattr(rollups, "_on_postgresql", lambda: False)
+            try:
+                with transaction.atomic():
+                    _changes_in_two_batches(project)
+                    _assert_rollups_exact(project)
+                    stored = _stored_rollups()
+                    _assert_same_as_rebuilt()
+                    raise _Undone
+            except _Undone:
+                return stored
+
+    assert connection.vendor == "postgresql"
+    assert roll_up(own_statements=True) == roll_up(own_statements=False)
+
+
+def test_a_reward_json_cannot_carry_goes_through_the_orm(project):
+    trace = Trace.objects.create(
+        project=project, external_id="nan", source="api", body=b"", content_hash="x",
+        reward=float("nan"),
+    )  # fmt: skip
+    roll_up_traces(trace_ids=[trace.pk])
+    assert math.isnan(RolledUpTrace.objects.get(trace_id=trace.pk).reward)
+    assert math.isnan(TraceRollup.objects.get().reward_total)
 
 
 def test_filters_the_rollups_cannot_answer_sum_over_the_traces(project, written):
