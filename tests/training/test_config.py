@@ -10,7 +10,7 @@ def test_defaults_follow_the_design():
     config = TrainingConfig()
 
     assert (config.lora_r, config.lora_alpha, config.target_modules) == (16, 32, "all-linear")
-    assert (config.top_k, config.teacher_prompt, config.base_kl_weight) == (20, "hint", 0.5)
+    assert (config.top_k, config.teacher_prompt, config.base_kl_weight) == (20, "hint", 2.0)
 
 
 @pytest.mark.parametrize(("mode", "learning_rate"), [("sft", 3e-4), ("distill", 1e-4)])
