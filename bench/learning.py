@@ -4,6 +4,7 @@ Run from the repository root, in the project's virtualenv:
 
     python bench/learning.py                       # all kinds
     python bench/learning.py --kinds prefix words  # some of them
+    python bench/learning.py --base-kl-weight 0    # the same without the forgetting guard
 
 For each kind of feedback (form, length, ending, tone, content, format), as a team would give it:
 - 16 questions answered by the bundled SmolLM2-135M-Instruct (greedy, as served); each answer
@@ -25,6 +26,7 @@ teacher call to the gate's decision; with vLLM serving the teacher, targets come
 """
 
 import argparse
+import dataclasses
 import re
 import sys
 import tempfile
@@ -160,8 +162,7 @@ def user(question: str) -> list[dict]:
     return [{"role": "user", "content": question}]
 
 
-def run_kind(kind: Kind, model_dir: Path, cache_dir: Path) -> dict:
-    config = TrainingConfig()
+def run_kind(kind: Kind, model_dir: Path, cache_dir: Path, config: TrainingConfig) -> dict:
     base, tokenizer = load_base_model(model_dir, config)
     started = time.monotonic()
     originals = greedy(base, tokenizer, [user(q) for q in TRAIN_QUESTIONS])
@@ -268,7 +269,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", nargs="*", default=[kind.name for kind in KINDS])
     parser.add_argument("--model-cache", type=Path, default=Path("var/models"))
+    parser.add_argument(
+        "--base-kl-weight",
+        type=float,
+        default=TrainingConfig().base_kl_weight,
+        help="the forgetting guard's weight (0: off), to measure with and without it",
+    )
     args = parser.parse_args()
+    config = dataclasses.replace(TrainingConfig(), base_kl_weight=args.base_kl_weight)
+    print(f"forgetting guard weight {config.base_kl_weight}; every other setting the default")
     torch.manual_seed(0)
     model_dir = resolve_base_model("SmolLM2-135M-Instruct", args.model_cache)
     print(
@@ -278,7 +287,7 @@ def main() -> None:
     for kind in KINDS:
         if kind.name not in args.kinds:
             continue
-        row = run_kind(kind, model_dir, args.model_cache / "replay")
+        row = run_kind(kind, model_dir, args.model_cache / "replay", config)
         print(
             f"{row['kind']:<10} {row['deployed'][:60]:<9} {row['base']:.2f} -> {row['adapter']:.2f}"
             f" ({row['system_prompt']:.2f})  {row['facts_broken']}/{row['facts']}  "
