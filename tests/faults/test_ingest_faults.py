@@ -5,6 +5,7 @@ import threading
 import time
 
 import httpx
+import psycopg
 import pytest
 
 from tests.faults.clients import IngestLog, batch, send_until_acknowledged
@@ -18,6 +19,15 @@ BATCH_SIZE = 20
 
 def _stored(stack) -> tuple[int, int]:
     return stack.query("SELECT count(*), count(DISTINCT external_id) FROM reviewapp_trace")[0]
+
+
+def _write_waiting(stack) -> bool:
+    """Whether a statement of the test's database waits for a lock (the test's own)."""
+    [(waiting,)] = stack.query(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return waiting > 0
 
 
 def test_postgres_restarted_during_ingest_loses_and_duplicates_nothing(stack, headers):
@@ -67,15 +77,22 @@ def test_web_process_killed_mid_batch_then_resent_stores_each_trace_once(stack, 
                 outcome["error"] = error
 
         sender = threading.Thread(target=post)
-        sender.start()
         if kill_when == "before_commit":
-            time.sleep(0.3)
+            # The test holds a lock on the trace table: the batch stops at its write, so the
+            # kill lands before the commit however fast the machine is (a 1000-trace batch can
+            # be stored in under 0.3 s).
+            with psycopg.connect(stack.database_url) as blocker:
+                blocker.execute("LOCK TABLE reviewapp_trace IN EXCLUSIVE MODE")
+                sender.start()
+                wait_for(lambda: _write_waiting(stack), timeout=60, what="the batch's write")
+                web.kill()
             assert _stored(stack) == (0, 0)
         else:
+            sender.start()
             # Polled tightly, so the kill lands between the commit and the answer (it did in
             # every run seen; were the answer to get out first, the resend still must get 200s).
             wait_for(lambda: _stored(stack)[0] > 0, timeout=60, what="the commit", interval=0.001)
-        web.kill()
+            web.kill()
         sender.join(timeout=60)
 
         restarted = stack.web()
