@@ -1,7 +1,7 @@
 """The API's request and response shapes (they are also the OpenAPI document)."""
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 
@@ -57,11 +57,39 @@ class TraceListOut(Schema):
     next: str | None
 
 
+class KeySourceOut(Schema):
+    """Sent over the API with this key; the feedback's `author` is only what the key claimed."""
+
+    kind: Literal["api_key"]
+    name: str = Field(..., description="the key's name on the API keys page; empty if none")
+    prefix: str = Field(..., description="the key's first characters, as the API keys page shows")
+
+
+class PersonSourceOut(Schema):
+    """Written by this person, signed in to the dashboard."""
+
+    kind: Literal["person"]
+    username: str
+
+
+class UnknownSourceOut(Schema):
+    """Its key or person is no longer stored (deleted, or written before keys were recorded)."""
+
+    kind: Literal["unknown"]
+
+
+FeedbackSourceOut = Annotated[
+    KeySourceOut | PersonSourceOut | UnknownSourceOut, Field(discriminator="kind")
+]
+
+
 class FeedbackOut(Schema):
     id: int
     turn: int | None
     tool_call_id: str | None
-    author: str
+    author: str = Field(
+        ..., description="who wrote it, as its sender claimed; `source` says who sent it"
+    )
     text: str
     rating: float | None
     correction: dict[str, Any] | None
@@ -70,6 +98,12 @@ class FeedbackOut(Schema):
     # False: sent by a key without the review scope, so its targets wait for a reviewer
     from_reviewer: bool
     api_key: str | None  # the prefix of the key that sent it; `author` is what that key claimed
+    source: FeedbackSourceOut = Field(
+        ...,
+        description="who sent it: an API key (`api_key`, with the key's name and prefix), a "
+        "person in the dashboard (`person`, with the username), or `unknown` when neither is "
+        "stored any more",
+    )
     created_at: datetime
 
 

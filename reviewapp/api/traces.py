@@ -14,7 +14,7 @@ from reviewapp.api.auth import requires
 from reviewapp.filters import text_matches
 from reviewapp.ingest.chat import text_problem
 from reviewapp.lineage import adapters_by_feedback
-from reviewapp.models import Feedback, KeyScope, Project, Trace, TraceSource, TraceTag
+from reviewapp.models import ApiKey, Feedback, KeyScope, Project, Trace, TraceSource, TraceTag
 from reviewapp.services.feedback import (
     FeedbackError,
     delete_feedback,
@@ -75,6 +75,16 @@ def _summary(trace: Trace) -> dict:
     }
 
 
+def _feedback_source(feedback: Feedback) -> dict:
+    # The key or person that sent it, never `author`: a key may claim any author.
+    if feedback.api_key_id is not None:
+        key = feedback.api_key
+        return {"kind": "api_key", "name": key.name, "prefix": key.prefix}
+    if feedback.reviewer_id is not None:
+        return {"kind": "person", "username": feedback.reviewer.get_username()}
+    return {"kind": "unknown"}
+
+
 def _feedback_json(feedback: Feedback) -> dict:
     return {
         "id": feedback.pk,
@@ -88,6 +98,7 @@ def _feedback_json(feedback: Feedback) -> dict:
         "status": feedback.status,
         "from_reviewer": feedback.from_reviewer,
         "api_key": feedback.api_key.prefix if feedback.api_key else None,
+        "source": _feedback_source(feedback),
         "created_at": feedback.created_at,
     }
 
@@ -172,7 +183,7 @@ def get_trace(request: HttpRequest, external_id: str):
     trace = _get_trace_for_project(request.auth, external_id)
     body = trace.body_json()
     tags = sorted(set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True)))
-    feedback_rows = list(trace.feedback.select_related("api_key").order_by("id"))
+    feedback_rows = list(trace.feedback.select_related("api_key", "reviewer").order_by("id"))
     learned_by = adapters_by_feedback([item.pk for item in feedback_rows])
     feedback = [
         {**_feedback_json(item), "adapters": [a.name for a in learned_by.get(item.pk, [])]}
@@ -226,19 +237,56 @@ def post_feedback(request: HttpRequest, external_id: str, payload: schemas.Feedb
     return Status(201 if created else 200, _feedback_json(feedback))
 
 
+def _deletion_refusal(feedback: Feedback, key: ApiKey) -> str:
+    """Why this key may not delete this feedback, or "" when it may.
+
+    A harness's key (ingest scope) deletes what ingest keys sent; a reviewer's work goes only on
+    a reviewer's word: a key with the review scope, or its author in the dashboard.
+    """
+    if feedback.reviewer_id is not None:
+        return (
+            f"feedback {feedback.pk} was written by a person in the dashboard; only its author "
+            "deletes it, there"
+        )
+    if key.has_scope(KeyScope.REVIEW):
+        return ""
+    held = ", ".join(key.scopes)
+    if feedback.from_reviewer:
+        return (
+            f"feedback {feedback.pk} is a reviewer's (written in the dashboard or with the review "
+            f"scope); deleting it needs an API key with the review scope (this key has: {held})"
+        )
+    if feedback.api_key_id is None:
+        return (
+            f"feedback {feedback.pk} records no key that sent it (the key was deleted, or it "
+            "predates keys being recorded), so it is not known to be an ingest key's; deleting "
+            f"it needs an API key with the review scope (this key has: {held})"
+        )
+    return ""
+
+
+def _get_feedback_for_key(key: ApiKey, trace: Trace, feedback_id: int) -> Feedback:
+    feedback = trace.feedback.filter(pk=feedback_id).first()
+    if feedback is None:
+        raise Http404(f"no feedback {feedback_id} on this trace")
+    refusal = _deletion_refusal(feedback, key)
+    if refusal:
+        raise HttpError(403, refusal)
+    return feedback
+
+
 @router.delete(
     "/traces/{external_id}/feedback/{feedback_id}",
     response={200: schemas.FeedbackOut, 204: None, **ERRORS},
-    summary="Delete feedback sent over the API; feedback an adapter learned from is dismissed",
+    summary="Delete feedback sent over the API (a reviewer's needs the review scope); feedback "
+    "an adapter learned from is dismissed",
     **requires(KeyScope.INGEST, KeyScope.REVIEW),
 )
 def delete_feedback_by_api(request: HttpRequest, external_id: str, feedback_id: int):
     """204 when deleted; 200 with status `dismissed` when a run used its targets (the adapter's
-    lineage keeps it). A reviewer's feedback is deleted by its author in the dashboard."""
+    lineage keeps it); 403 naming why when the feedback is not this key's to delete."""
     trace = _get_trace_for_project(request.auth, external_id)
-    feedback = trace.feedback.filter(pk=feedback_id, reviewer__isnull=True).first()
-    if feedback is None:
-        raise Http404(f"no feedback {feedback_id} sent over the API on this trace")
+    feedback = _get_feedback_for_key(request.api_key, trace, feedback_id)
     if delete_feedback(feedback=feedback):
         return Status(204, None)
     return Status(200, _feedback_json(feedback))

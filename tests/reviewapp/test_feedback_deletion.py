@@ -1,6 +1,7 @@
 """Deleting feedback: what a run trained on is dismissed and keeps its lineage; the rest goes.
 
-The dashboard (its author deletes) and the API (a key deletes what keys sent) behave the same.
+The dashboard (its author deletes) and the API behave the same. Over the API a harness's key
+(ingest scope) deletes what ingest keys sent; a reviewer's work needs a key with the review scope.
 """
 
 import pytest
@@ -19,7 +20,8 @@ from reviewapp.models import (
 from reviewapp.services.dataset import build_training_set
 from reviewapp.services.feedback import record_feedback
 from reviewapp.services.ingest import ingest_traces
-from tests.factories import make_trace
+from reviewapp.services.projects import create_api_key
+from tests.factories import ApiClient, make_trace
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +56,12 @@ def trained_on(feedback: Feedback) -> Adapter:
 
 def feedback_by(trace, reviewer=None, text="Begin with 'Answer:'.") -> Feedback:
     return record_feedback(trace=trace, turn=4, text=text, reviewer=reviewer)[0]
+
+
+def sent_by(api, text="Begin with 'Answer:'.", **fields) -> Feedback:
+    response = api.post("/api/v1/traces/t-1/feedback", {"text": text, "turn": 4, **fields})
+    assert response.status_code == 201
+    return Feedback.objects.get(pk=response.json()["id"])
 
 
 def delete_in_dashboard(user, feedback: Feedback):
@@ -106,7 +114,7 @@ def test_feedback_no_run_used_is_deleted_with_its_targets(trace, bob):
 
 
 def test_the_api_dismisses_feedback_an_adapter_learned_from(api, trace):
-    feedback = feedback_by(trace)
+    feedback = sent_by(api)
     trained_on(feedback)
     response = api_delete(api, feedback)
     assert response.status_code == 200 and response.json()["status"] == "dismissed"
@@ -115,19 +123,72 @@ def test_the_api_dismisses_feedback_an_adapter_learned_from(api, trace):
 
 
 def test_the_api_deletes_feedback_no_run_used(api, trace):
-    feedback = feedback_by(trace)
+    feedback = sent_by(api)
     approved_target(feedback)
     assert api_delete(api, feedback).status_code == 204
     assert not Feedback.objects.exists() and not DistillationTarget.objects.exists()
 
 
-def test_the_api_does_not_delete_a_reviewers_or_another_projects_feedback(
-    api, other_api, trace, bob
-):
+def test_an_ingest_key_deletes_what_another_ingest_key_sent(api, project, trace):
+    feedback = sent_by(ApiClient(create_api_key(project=project, name="harness-2")[1]))
+    assert api_delete(api, feedback).status_code == 204
+    assert not Feedback.objects.exists()
+
+
+def test_an_ingest_key_cannot_delete_a_review_keys_correction(api, review_api, trace):
+    """The attack: the harness's key removed a reviewer's correction and its approved target."""
+    correction = sent_by(review_api, correction={"content": "Answer: 84."})
+    approved_target(correction)
+    response = api_delete(api, correction)
+    assert response.status_code == 403
+    assert response.json()["error"] == "forbidden"
+    assert "is a reviewer's" in response.json()["detail"]
+    assert (
+        "needs an API key with the review scope (this key has: ingest)"
+        in (response.json()["detail"])
+    )
+    correction.refresh_from_db()
+    assert correction.status == FeedbackStatus.OPEN
+    assert correction.targets.get().state == TargetState.APPROVED
+
+
+def test_a_review_key_deletes_a_reviewers_feedback(review_api, project, trace):
+    feedback = sent_by(review_api, correction={"content": "Answer: 84."})
+    approved_target(feedback)
+    other_review_key = ApiClient(create_api_key(project=project, scopes=["review"])[1])
+    assert api_delete(other_review_key, feedback).status_code == 204
+    assert not Feedback.objects.exists() and not DistillationTarget.objects.exists()
+
+
+def test_a_review_key_deletes_what_an_ingest_key_sent(api, review_api, trace):
+    feedback = sent_by(api)
+    assert api_delete(review_api, feedback).status_code == 204
+    assert not Feedback.objects.exists()
+
+
+def test_an_ingest_key_cannot_delete_feedback_whose_key_is_gone(api, project, trace):
+    """Without its key nothing says an ingest key sent it: a reviewer decides."""
+    gone, secret = create_api_key(project=project, name="old harness")
+    feedback = sent_by(ApiClient(secret))
+    gone.delete()
+    response = api_delete(api, feedback)
+    assert response.status_code == 403
+    assert "records no key that sent it" in response.json()["detail"]
+    assert Feedback.objects.filter(pk=feedback.pk).exists()
+
+
+def test_no_key_deletes_feedback_a_person_wrote_in_the_dashboard(admin_api, trace, bob):
     reviewers = feedback_by(trace, bob)
-    assert api_delete(api, reviewers).status_code == 404
-    assert api_delete(other_api, feedback_by(trace, text="Sent by a key.")).status_code == 404
-    assert Feedback.objects.count() == 2
+    response = api_delete(admin_api, reviewers)
+    assert response.status_code == 403
+    assert "written by a person in the dashboard" in response.json()["detail"]
+    assert Feedback.objects.filter(pk=reviewers.pk).exists()
+
+
+def test_the_api_does_not_delete_another_projects_feedback(api, other_api, trace):
+    feedback = sent_by(api)
+    assert api_delete(other_api, feedback).status_code == 404
+    assert Feedback.objects.filter(pk=feedback.pk).exists()
 
 
 def test_a_plain_delete_cannot_cascade_to_targets(trace):
