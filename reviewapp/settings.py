@@ -104,17 +104,25 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# Login throttling (django-axes), the admin login included: after LOGIN_FAILURE_LIMIT wrong
-# passwords for one account, or from one address, both are refused (429) for
-# LOGIN_LOCKOUT_MINUTES, the right password too. Behind a proxy every client shares its address:
-# set AXES_IPWARE_PROXY_COUNT (with django-ipware) so the real client address is used.
+# Login throttling (django-axes), the admin login included (reviewapp/lockout.py). After
+# LOGIN_FAILURE_LIMIT wrong passwords for one account from one address, that address is refused
+# (429, the right password too) for that account until LOGIN_LOCKOUT_MINUTES after the last
+# failure; the owner elsewhere still logs in, so a stranger cannot lock them out. An address with
+# LOGIN_ADDRESS_FAILURE_LIMIT failures over any accounts (spraying a password) is refused for all.
+# Behind a proxy every client shares its address: set AXES_IPWARE_PROXY_COUNT (with
+# django-ipware) so the real client address is used.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_ADDRESS_FAILURE_LIMIT = env.int("LOGIN_ADDRESS_FAILURE_LIMIT", default=50)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account, per address
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # for axes' own tools; see lockout.py
+AXES_HANDLER = "reviewapp.lockout.LockoutHandler"
+AXES_LOCKOUT_CALLABLE = "reviewapp.lockout.lockout_response"
+# A refused try does not restart the cooloff, so the time the locked page states holds.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 
 # Enforced, not report-only: no inline script or style, nothing from another origin. Untrusted
 # text from traces that slipped past escaping still could not run.
