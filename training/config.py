@@ -3,6 +3,9 @@
 The UI, the CLI and the tests all build this same object; it is stored on the run row and
 written next to the adapter (`to_json`), so a run can always be read back and repeated. A bad
 value raises a ValueError (pydantic's ValidationError) that names the field.
+
+Every number has a lower and an upper bound: generous for any run this product makes, finite so
+that a slip (`epochs: 1e11`) is refused where it is written instead of holding a GPU for ever.
 """
 
 import dataclasses
@@ -21,15 +24,15 @@ MAX_EFFECTIVE_BATCH_SIZE = 32
 _DEFAULT_LEARNING_RATES = {"sft": 3e-4, "distill": 1e-4}
 
 
-@dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid"))
+@dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
 class TrainingConfig:
     # "sft": cross-entropy on approved revisions / corrected turns (off-policy targets).
     # "distill": per-token KL to the feedback-conditioned teacher on the student's own samples.
     mode: Literal["sft", "distill"] = "sft"
     # LoRA rank; 16 on all linear layers is 4.9 M params on SmolLM2-135M, plenty for a few styles.
-    lora_r: int = Field(16, ge=1)
+    lora_r: int = Field(16, ge=1, le=512)
     # LoRA scale is alpha / r: 2x keeps updates visible without raising the learning rate.
-    lora_alpha: int = Field(32, gt=0)
+    lora_alpha: int = Field(32, ge=1, le=1024)
     # 0: runs are a few steps on a few examples, too short for dropout's regularisation to pay.
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     # "all-linear" (peft's shorthand, excludes lm_head) or explicit module names.
@@ -37,30 +40,30 @@ class TrainingConfig:
         "all-linear"
     )
     # None picks the mode's default (see effective_learning_rate).
-    learning_rate: float | None = Field(None, gt=0)
+    learning_rate: float | None = Field(None, gt=0, le=0.01)
     # Share of the optimizer steps over which the learning rate rises linearly from ~0; after
     # that it decays linearly towards 0 at the last step.
     warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0)
     # AdamW's decoupled weight decay; 0: a few hundred steps on LoRA weights need no shrinkage.
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     # Gradients are clipped to this global norm (0: no clipping); guards against one bad batch.
-    max_grad_norm: float = Field(1.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, ge=0.0, le=100.0)
     # Passes over the targets when the set is large; small sets get more (see min_steps).
-    epochs: int = Field(3, ge=1)
+    epochs: int = Field(3, ge=1, le=100)
     # Training is sized by the data: at least this many optimizer updates, however few the
     # targets (4-16 targets at 3 epochs would be ~3 updates, which teach nothing).
-    min_steps: int = Field(24, ge=1)
+    min_steps: int = Field(24, ge=1, le=10_000)
     # The largest number of sequences per forward pass; a small set gets smaller batches (at
     # least 4 per pass over the data) so it is seen in more, distinct updates.
-    per_device_batch_size: int = Field(8, ge=1)
+    per_device_batch_size: int = Field(8, ge=1, le=MAX_EFFECTIVE_BATCH_SIZE)
     # Forward passes summed per optimizer step; effective batch = this * the batch size.
-    gradient_accumulation_steps: int = Field(1, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=MAX_EFFECTIVE_BATCH_SIZE)
     # Longest sequence (context + target) in tokens; bounds activation memory per step.
-    max_seq_len: int = Field(2048, ge=1)
+    max_seq_len: int = Field(2048, ge=1, le=32_768)
     # Seeds LoRA init, data order and the student's samples, so a run can be repeated.
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)
     # distill and the forgetting guard: KL over the top-k tokens plus one tail bucket.
-    top_k: int = Field(20, ge=1)
+    top_k: int = Field(20, ge=1, le=1000)
     # How the teacher sees the feedback, for revision targets and distill alike: "hint"
     # (appended to the last user/tool message, without the original answer) or "rewrite"
     # (original answer + feedback, "rewrite it"). "hint" kept facts better (DESIGN.md).
@@ -69,22 +72,22 @@ class TrainingConfig:
     # to general prompts, and good traces); 0 turns it off. At 0.5 a lesson about how answers
     # end ("suggest an expert") shortened factual answers and broke 2 of 11 facts; at 2.0 every
     # kind in bench/learning.py was learned with at most 1 broken (measured in sft mode).
-    base_kl_weight: float = Field(2.0, ge=0.0)
+    base_kl_weight: float = Field(2.0, ge=0.0, le=100.0)
     # Replay examples the guard cycles through (general prompts first, then good traces).
-    replay_examples: int = Field(32, ge=0)
+    replay_examples: int = Field(32, ge=0, le=10_000)
     # distill: longest on-policy sample the student writes per item, in tokens.
-    sample_max_tokens: int = Field(64, ge=1)
+    sample_max_tokens: int = Field(64, ge=1, le=4096)
     # distill: temperature of those samples; 1.0 samples the student's own distribution.
-    sample_temperature: float = Field(1.0, gt=0.0)
+    sample_temperature: float = Field(1.0, gt=0.0, le=5.0)
     # None: bf16 on CUDA, float32 elsewhere (CPUs here lack bf16 instructions, fp32 is faster).
     bf16: bool | None = None
     # A checkpoint every N optimizer steps (0: none): a run whose worker dies resumes from the
     # last one, and the gate can choose among them.
-    save_every_steps: int = Field(8, ge=0)
+    save_every_steps: int = Field(8, ge=0, le=10_000)
     # Adapters the gate may choose among: the final one, then earlier checkpoints (at least
     # save_every_steps before it), tried in that order until one passes; an earlier one has
     # learned less and forgotten less.
-    gate_candidates: int = Field(2, ge=1)
+    gate_candidates: int = Field(2, ge=1, le=10)
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
     held_out_fraction: float = Field(0.2, ge=0.0, lt=1.0)
@@ -148,15 +151,40 @@ class TrainingConfig:
         try:
             return cls(**data)
         except ValidationError as error:
-            raise ValueError(describe_validation_error(error)) from None
+            raise ConfigError(validation_problems(error)) from None
+
+
+class ConfigError(ValueError):
+    """A config refused, field by field. A schema that validates it as one of its sections
+    names each field under the section (`training.epochs`, see validation_problems)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__(_one_line(problems))
+
+
+def validation_problems(error: ValidationError) -> list[tuple[str, str]]:
+    """pydantic's errors as (`field.sub`, what is wrong); a ConfigError raised while validating
+    a section contributes its own fields, under the section's name."""
+    problems = []
+    for detail in error.errors():
+        # Union members add their type to the path ("target_modules.tuple[str, ...]"): drop them.
+        location = ".".join(str(part) for part in detail["loc"] if "[" not in str(part))
+        nested = (detail.get("ctx") or {}).get("error")
+        if isinstance(nested, ConfigError):
+            problems += [
+                (".".join(part for part in (location, field) if part), message)
+                for field, message in nested.problems
+            ]
+        else:
+            problems.append((location, detail["msg"].removeprefix("Value error, ")))
+    return problems
 
 
 def describe_validation_error(error: ValidationError) -> str:
     """pydantic's errors as one line a person reads: `field.sub: what is wrong; ...`."""
-    parts = []
-    for detail in error.errors():
-        # Union members add their type to the path ("target_modules.tuple[str, ...]"): drop them.
-        location = ".".join(str(part) for part in detail["loc"] if "[" not in str(part))
-        message = detail["msg"].removeprefix("Value error, ")
-        parts.append(f"{location}: {message}" if location else message)
-    return "; ".join(parts)
+    return _one_line(validation_problems(error))
+
+
+def _one_line(problems: list[tuple[str, str]]) -> str:
+    return "; ".join(f"{field}: {message}" if field else message for field, message in problems)

@@ -5,53 +5,36 @@ trained feedback items (`feedback_items`), and when present `held_out` and `regr
 with a `summary` of the same counts (regression also carries `mean_drift`).
 """
 
-from dataclasses import dataclass, fields
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.dataclasses import dataclass
+
+from training.config import ConfigError, validation_problems
 
 
-@dataclass(frozen=True)
+# Bounded like TrainingConfig: a count or a drift past these is a slip, not a policy.
+@dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
 class GateThresholds:
     # Feedback items (trained or held out) that passed their checks before training and fail after.
-    max_regressed: int = 0
+    max_regressed: int = Field(0, ge=0, le=1000)
     # Of the trained feedback items that failed before training, the share that must pass after.
-    min_fixed_fraction: float = 0.5
+    min_fixed_fraction: float = Field(0.5, ge=0.0, le=1.0)
     # The same share for held-out items of the same kind; 0 reports generalisation without
     # requiring it (a few held-out items are a noisy signal).
-    min_held_out_fixed_fraction: float = 0.0
+    min_held_out_fixed_fraction: float = Field(0.0, ge=0.0, le=1.0)
     # Regression prompts (general facts, approved good traces) that the base answered right and
     # the adapter gets wrong; one is tolerated as greedy-decoding noise on a small set.
-    max_regression_failures: int = 1
+    max_regression_failures: int = Field(1, ge=0, le=1000)
     # Mean per-token KL(base || adapter) on approved good replies, in nats: how far the adapter
     # drifted on traffic the feedback did not ask to change.
-    max_mean_drift: float = 1.0
+    max_mean_drift: float = Field(1.0, ge=0.0, le=100.0)
 
     @classmethod
     def from_settings(cls, values: dict | None) -> "GateThresholds":
-        values = values or {}
-        unknown = sorted(set(values) - {field.name for field in fields(cls)})
-        if unknown:
-            raise ValueError(f"gate: unknown thresholds {', '.join(unknown)}")
+        """The project's `gate` section; a ConfigError names each bad threshold."""
         try:
-            thresholds = cls(
-                **{
-                    field.name: field.type(values[field.name])
-                    for field in fields(cls)
-                    if field.name in values
-                }
-            )
-        except (TypeError, ValueError):
-            raise ValueError("gate: thresholds must be numbers") from None
-        if (
-            thresholds.max_regressed < 0
-            or thresholds.max_regression_failures < 0
-            or thresholds.max_mean_drift < 0
-            or not 0 <= thresholds.min_fixed_fraction <= 1
-            or not 0 <= thresholds.min_held_out_fixed_fraction <= 1
-        ):
-            raise ValueError(
-                "gate: max_regressed, max_regression_failures and max_mean_drift >= 0; "
-                "min_fixed_fraction and min_held_out_fixed_fraction in [0, 1]"
-            )
-        return thresholds
+            return cls(**(values or {}))
+        except ValidationError as error:
+            raise ConfigError(validation_problems(error)) from None
 
 
 def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:

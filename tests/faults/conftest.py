@@ -341,7 +341,14 @@ CONVERSATION = [
 
 
 def use_tiny_base(
-    stack, make_llama, make_tokenizer, *, epochs=2, auto_deploy=False, save_every_steps=0
+    stack,
+    make_llama,
+    make_tokenizer,
+    *,
+    epochs=2,
+    min_steps=1,
+    auto_deploy=False,
+    save_every_steps=0,
 ) -> None:
     """Train the tiny random model of tests/training (seconds, not minutes) in this project."""
     directory = stack.root / "tiny-base"
@@ -350,7 +357,8 @@ def use_tiny_base(
     policy = {
         "training": {
             "epochs": epochs,
-            "min_steps": 1,  # `epochs` passes over the one example, as asked
+            # `epochs` passes over the one example, or more to make `min_steps` updates.
+            "min_steps": min_steps,
             "per_device_batch_size": 1,
             "max_seq_len": 64,
             "save_every_steps": save_every_steps,

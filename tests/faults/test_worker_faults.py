@@ -108,7 +108,8 @@ def _finished_proposals(stack) -> int:
 def test_worker_killed_mid_training_resumes_the_run_from_its_checkpoint(
     stack, headers, make_tiny_llama, make_tiny_tokenizer
 ):
-    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=100_000, save_every_steps=5)
+    # The most updates a config allows (10,000): far longer than the test, however fast the machine.
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, min_steps=10_000, save_every_steps=5)
     stack.extra_environment["TRAINING_HEARTBEAT_TIMEOUT_SECONDS"] = str(HEARTBEAT_TIMEOUT_S)
     web = stack.web()
     worker = stack.worker()
@@ -164,7 +165,7 @@ def test_redis_restarted_during_a_run_and_ingest_loses_nothing(
     stack, headers, make_tiny_llama, make_tiny_tokenizer
 ):
     # Long enough to be training through the whole restart, however fast the machine is.
-    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, epochs=100_000)
+    use_tiny_base(stack, make_tiny_llama, make_tiny_tokenizer, min_steps=10_000)
     web = stack.web()
     worker = stack.worker()
     approve_a_correction(stack, web, headers)
