@@ -4,14 +4,20 @@ bad value is refused where it is written, with a message that names the field.
 """
 
 import json
-import os
-import re
 from typing import Literal
 
 from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reviewapp.models import Project
+from reviewapp.outbound import (
+    OutboundRefused,
+    base_url,
+    check_teacher_key,
+    check_teacher_url,
+    check_upstream,
+    teacher_key,
+)
 from training.config import TrainingConfig, describe_validation_error
 from training.gate import GateThresholds
 
@@ -46,15 +52,22 @@ class DataPolicy(_Section):
 class Teacher(_Section):
     """Who writes revision targets: the project's own model (default) or another server.
 
-    The key is never stored: `api_key_env` names the environment variable that holds it.
+    Both are the operator's to offer (reviewapp/outbound.py): `url` one of the deployment's
+    model servers or TEACHER_SERVERS, `key_name` one of the keys it declares in TEACHER_API_KEYS.
+    The secret itself is never stored here.
     """
 
     url: str = ""  # an OpenAI-compatible base URL ending in /v1; blank: the project's upstream
-    model: str = ""  # the model name on that server; blank: the project's model
-    api_key_env: str = Field("", pattern=r"^([A-Z_][A-Z0-9_]*)?$")
+    model: str = Field("", max_length=200)  # the model name there; blank: the project's model
+    key_name: str = Field("", max_length=100)  # blank: no key is sent
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_a_base_url(cls, value: str) -> str:
+        return base_url(value) if value.strip() else ""
 
     def api_key(self) -> str | None:
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
+        return teacher_key(self.key_name)
 
 
 class ProjectSettings(_Section):
@@ -77,10 +90,7 @@ class ProjectSettings(_Section):
     @field_validator("upstreams")
     @classmethod
     def _upstreams_are_urls(cls, value: list[str]) -> list[str]:
-        urls = [url.strip().rstrip("/") for url in value]
-        for url in urls:
-            if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
-                raise ValueError(f"{url!r} is not an http(s) URL")
+        urls = [base_url(url) for url in value]
         if len(set(urls)) != len(urls):
             raise ValueError("an upstream is listed twice")
         return urls
@@ -118,11 +128,32 @@ def settings_for(project: Project) -> ProjectSettings:
     return parse_settings(project.settings)
 
 
+def _check_reach(project: Project, changed: ProjectSettings, sections: set[str]) -> None:
+    """The addresses and keys among the changed sections must be ones the operator offers.
+    Checked only where they change: a list the operator shrank since does not block other
+    sections (what is stored and no longer allowed is skipped where it is used)."""
+    try:
+        if "upstreams" in sections:
+            for index, url in enumerate(changed.upstreams):
+                field = f"upstreams.{index}"
+                check_upstream(project, url)
+        if "teacher" in sections:
+            field = "teacher.url"
+            if changed.teacher.url:
+                check_teacher_url(project, changed.teacher.url)
+            field = "teacher.key_name"
+            if changed.teacher.key_name:
+                check_teacher_key(changed.teacher.key_name)
+    except OutboundRefused as error:
+        raise SettingsError(f"{field}: {error}") from None
+
+
 @transaction.atomic
 def update_settings(*, project: Project, changes: dict) -> ProjectSettings:
     """Merge `changes` (whole sections) into the project's settings, all valid or none stored."""
     locked = Project.objects.select_for_update().get(pk=project.pk)
     merged = parse_settings({**(locked.settings or {}), **changes})
+    _check_reach(locked, merged, set(changes))
     locked.settings = merged.model_dump(mode="json")
     locked.save(update_fields=["settings"])
     project.settings = locked.settings

@@ -228,7 +228,17 @@ MODEL_CACHE_DIR = Path(env.str("MODEL_CACHE_DIR", default=str(VAR_DIR / "models"
 BASE_MODEL = env.str("BASE_MODEL", default="SmolLM2-135M-Instruct")
 # Trained adapters, one immutable directory each; vLLM must be able to read this path.
 ADAPTERS_DIR = Path(env.str("ADAPTERS_DIR", default=str(VAR_DIR / "adapters")))
-VLLM_API_KEY = env.str("VLLM_API_KEY", default="")  # sent upstream; never the harness's key
+# Sent only to MODEL_SERVERS; never the harness's key.
+VLLM_API_KEY = env.str("VLLM_API_KEY", default="")
+# What a project's settings may reach (reviewapp/outbound.py), the operator's choice: the model
+# servers a project may list in `upstreams` or name as its teacher (comma-separated base URLs;
+# a project's own upstream_url, set by the operator, is allowed to it too)...
+MODEL_SERVERS = env.list("MODEL_SERVERS", default=[VLLM_URL])
+# ...other OpenAI-compatible endpoints a project may name as its teacher...
+TEACHER_SERVERS = env.list("TEACHER_SERVERS", default=[])
+# ...and the keys a teacher may be given, by name: "frontier=FRONTIER_API_KEY,..." maps the
+# name a project picks to the environment variable holding the secret. No other variable is read.
+TEACHER_API_KEYS = env.dict("TEACHER_API_KEYS", default={})
 GATEWAY_CONNECT_TIMEOUT = env.float("GATEWAY_CONNECT_TIMEOUT", default=5.0)
 GATEWAY_READ_TIMEOUT = env.float("GATEWAY_READ_TIMEOUT", default=300.0)
 # A model server that failed a call (unreachable, timed out, 502/503/504) gets no calls from

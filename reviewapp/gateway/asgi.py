@@ -20,11 +20,12 @@ from csp.utils import build_policy
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.core.handlers.exception import convert_exception_to_response
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.urls import get_resolver, set_script_prefix
 from django.utils.module_loading import import_string
+
+from reviewapp.gateway.errors import openai_error, openai_error_for_exception
 
 # What the gateway answers; every other path (including other /v1/ ones) is the site's.
 GATEWAY_PATHS = frozenset({"/v1/chat/completions", "/v1/models"})
@@ -112,6 +113,19 @@ def _applies(request, response, header: str, exempt: str, setting: str) -> bool:
     )
 
 
+def _openai_errors_from(get_response):
+    """Django's convert_exception_to_response for the gateway: an exception raised below
+    (a middleware's, say) is answered in OpenAI's shape, never as Django's HTML page."""
+
+    async def inner(request):
+        try:
+            return await get_response(request)
+        except Exception as error:  # whatever it is, the harness gets JSON
+            return openai_error_for_exception(request, error)
+
+    return inner
+
+
 class GatewayHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
@@ -122,10 +136,10 @@ class GatewayHandler(ASGIHandler):
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
-        handler = convert_exception_to_response(self._get_response_async)
+        handler = _openai_errors_from(self._get_response_async)
         for path in reversed(settings.GATEWAY_MIDDLEWARE):
             middleware = _EVENT_LOOP_VERSIONS.get(path) or import_string(path)
-            handler = convert_exception_to_response(_InEventLoop(middleware(handler), handler))
+            handler = _openai_errors_from(_InEventLoop(middleware(handler), handler))
         self._middleware_chain = handler
 
     def resolve_request(self, request):
@@ -161,9 +175,11 @@ class GatewayHandler(ASGIHandler):
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
-        if request is None:
+        if request is None:  # a request Django cannot build (an undecodable path, say)
             body_file.close()
-            await self.send_response(error_response, send)
+            await self.send_response(
+                openai_error(error_response.status_code, "the request could not be read"), send
+            )
             return
 
         async def process_request() -> None:

@@ -5,7 +5,12 @@ OpenAI sends `{"error": {"message", "type", "param", "code"}}`, with `param` and
 where they do not apply (a missing key, unparsable JSON), never the HTTP status as the code.
 """
 
-from django.http import JsonResponse
+import functools
+
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+from django.utils.log import log_response
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"
@@ -79,3 +84,39 @@ def _json_type(value: object) -> str:
     names = {str: "a string", bool: "a boolean", int: "an integer", float: "a decimal"}
     names |= {dict: "an object", list: "an array", type(None): "null"}
     return names.get(type(value), "a value")
+
+
+def openai_error_for_exception(request: HttpRequest, error: Exception) -> JsonResponse:
+    """The gateway's answer to an exception: the status Django would give it, in OpenAI's
+    shape and never Django's HTML page, DEBUG or not. A 500 is logged as Django logs one."""
+    if isinstance(error, Http404):
+        return openai_error(404, "not found")
+    if isinstance(error, PermissionDenied):
+        return openai_error(403, "forbidden")
+    if isinstance(error, (BadRequest, SuspiciousOperation, MultiPartParserError)):
+        return openai_error(400, f"bad request: {error}")
+    log_response(
+        "Internal Server Error: %s",
+        request.path,
+        response=HttpResponse(status=500),
+        request=request,
+        exception=error,
+    )
+    return openai_error(
+        500,
+        "the gateway failed on this call; the error is in the server's log",
+        SERVER_ERROR,
+    )
+
+
+def answers_in_openai_shape(view):
+    """A gateway view whose every failure is an OpenAI-shaped error (see above)."""
+
+    @functools.wraps(view)
+    async def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return await view(request, *args, **kwargs)
+        except Exception as error:  # whatever it is, the harness gets JSON
+            return openai_error_for_exception(request, error)
+
+    return wrapped

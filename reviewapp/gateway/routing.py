@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from reviewapp.models import Adapter, ApiKey, ModelRoute, Project
+from reviewapp.outbound import usable_upstreams
 from reviewapp.project_settings import settings_for
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,9 @@ class Destination:
 
 
 def upstream_urls(project: Project) -> list[str]:
-    """The project's model servers: its settings' list, else its one upstream (or VLLM_URL)."""
-    listed = settings_for(project).upstreams
+    """The project's model servers: its settings' list (those the operator still allows), else
+    its one upstream (or VLLM_URL), both the operator's."""
+    listed = usable_upstreams(project, settings_for(project).upstreams)
     return listed or [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
 
 

@@ -13,7 +13,12 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from reviewapp.gateway.conversation import StreamAssembler
-from reviewapp.gateway.errors import SERVER_ERROR, messages_problem, openai_error
+from reviewapp.gateway.errors import (
+    SERVER_ERROR,
+    answers_in_openai_shape,
+    messages_problem,
+    openai_error,
+)
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.refusals import refusals
 from reviewapp.gateway.routing import (
@@ -115,6 +120,7 @@ def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
 
 
 @csrf_exempt
+@answers_in_openai_shape
 async def list_models(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return openai_error(405, "use GET")
@@ -137,6 +143,7 @@ async def list_models(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_exempt
+@answers_in_openai_shape
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return openai_error(405, "use POST")

@@ -9,6 +9,7 @@ from django.db import transaction
 
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.models import Feedback, FeedbackStatus, Project
+from reviewapp.outbound import OutboundRefused, check_teacher_url
 from reviewapp.project_settings import ProjectSettings, settings_for
 from reviewapp.services.feedback import mark_feedback_failed
 from training.config import TrainingConfig
@@ -37,6 +38,8 @@ def teacher_for(project: Project, project_settings: ProjectSettings):
     model = teacher.model or project.upstream_model or project.served_model
     client = httpx.Client(timeout=120)
     if teacher.url:  # configured on purpose: its failures are reported, not worked around
+        # Set when the operator allowed it; asked only while the operator still does.
+        url = check_teacher_url(project, teacher.url)
         return VllmTeacher(url, model, client, api_key=teacher.api_key())
     try:
         if client.get(f"{url}/models", timeout=3).status_code == 200:
@@ -135,6 +138,9 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 tools=body["tools"] or None,
                 examples=examples,
             )
+        except OutboundRefused as error:
+            mark_feedback_failed(feedback_id=feedback.pk, reason=f"teacher.url refused: {error}")
+            return 0
         except httpx.HTTPStatusError as error:
             # The teacher refused this feedback (too long for its context, say): a person sees
             # why on the trace and Retrain pages, and can retry it.

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.conf import settings as django_settings
 
 from reviewapp.learning.retrain import _evaluation_replier
 from reviewapp.learning.runs import start_retrain
@@ -46,7 +47,13 @@ def start_server():
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def operator_servers(settings):
+    settings.MODEL_SERVERS = []  # restored after the test; _run_for lists the test's servers
+
+
 def _run_for(project, upstreams: list[str]):
+    django_settings.MODEL_SERVERS = upstreams  # the operator's servers: the project may use them
     project.served_model = "smol"
     project.settings = {**(project.settings or {}), "upstreams": upstreams}
     project.save()

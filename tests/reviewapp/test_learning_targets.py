@@ -29,6 +29,11 @@ def trace(project):
     return project.traces.get()
 
 
+@pytest.fixture(autouse=True)
+def operator_offers_the_teacher(settings, upstream):
+    settings.TEACHER_SERVERS = [upstream.url]
+
+
 def _teacher(project, upstream, model: str) -> None:
     update_settings(project=project, changes={"teacher": {"url": upstream.url, "model": model}})
 

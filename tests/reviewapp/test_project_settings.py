@@ -23,7 +23,10 @@ def test_defaults_fill_in_what_is_not_stored(project):
         ({"training": {"lora_r": 0}}, "lora_r"),
         ({"training": {"mode": "distill"}}, "training"),
         ({"gate": {"max_regressed": -1}}, "gate"),
-        ({"teacher": {"api_key_env": "not an env name"}}, "teacher.api_key_env"),
+        ({"teacher": {"api_key_env": "HOME"}}, "teacher.api_key_env"),
+        ({"teacher": {"url": "file:///etc/passwd"}}, "teacher.url"),
+        ({"teacher": {"url": "gopher://127.0.0.1:70/v1"}}, "teacher.url"),
+        ({"upstreams": ["http://[::1"]}, "upstreams"),
         ({"colour": "blue"}, "colour"),
     ],
 )

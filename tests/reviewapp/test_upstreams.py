@@ -10,6 +10,7 @@ import socket
 import orjson
 import pytest
 from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
 from django.test import AsyncClient, Client, override_settings
 
 from reviewapp.gateway.recorder import recorder
@@ -38,6 +39,17 @@ class FailingUpstream(FakeUpstream):
             await self._json(send, self.status, {"error": error})
             return
         await super().app(scope, receive, send)
+
+
+@pytest.fixture(autouse=True)
+def operator_servers(settings):
+    """The operator's MODEL_SERVERS, restored after each test; operator_runs() adds to it."""
+    settings.MODEL_SERVERS = [*settings.MODEL_SERVERS]
+
+
+def operator_runs(*urls: str) -> None:
+    """The servers a test starts are the operator's: a project may name them (outbound.py)."""
+    django_settings.MODEL_SERVERS = [*django_settings.MODEL_SERVERS, *urls]
 
 
 @pytest.fixture
@@ -72,6 +84,7 @@ def chat_calls(server: FakeUpstream) -> int:
 
 
 def serve_from(project, servers) -> None:
+    operator_runs(*(server.url for server in servers))
     update_settings(project=project, changes={"upstreams": [server.url for server in servers]})
     forget_cached_routes()
 
@@ -94,7 +107,7 @@ def test_an_upstream_that_is_not_a_url_is_refused(project):
 def test_the_same_upstream_twice_is_refused(project):
     with pytest.raises(SettingsError, match="twice"):
         update_settings(
-            project=project, changes={"upstreams": ["http://a:8000/v1", "http://a:8000/v1/"]}
+            project=project, changes={"upstreams": ["http://a:8000/v1", "http://A:8000/v1/"]}
         )
 
 
@@ -122,6 +135,7 @@ async def test_a_server_whose_connections_time_out_is_skipped_and_the_call_answe
     healthy, unreachable
 ):
     project = await sync_to_async(create_project)(slug="shop")
+    operator_runs(unreachable, healthy[0].url)
     await sync_to_async(update_settings)(
         project=project, changes={"upstreams": [unreachable, healthy[0].url]}
     )

@@ -330,7 +330,9 @@ def test_with_no_model_server_answering_the_worker_evaluates_and_the_run_page_sa
     from django.test import Client
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    project.settings = {**project.settings, "upstreams": [f"http://127.0.0.1:{free_port()}/v1"]}
+    silent = f"http://127.0.0.1:{free_port()}/v1"
+    settings.MODEL_SERVERS = [silent]
+    project.settings = {**project.settings, "upstreams": [silent]}
     project.save()
     run = start_retrain(project=project)
 
