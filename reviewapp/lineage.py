@@ -107,7 +107,7 @@ def adapter_lineage(adapter: Adapter) -> Lineage:
     if adapter.run is not None:
         run_targets = list(
             adapter.run.targets.select_related(
-                "feedback__trace", "feedback__reviewer", "reviewed_by"
+                "feedback__trace", "feedback__reviewer", "feedback__api_key", "reviewed_by"
             )
             .defer("feedback__trace__body", "feedback__trace__metadata")
             .order_by("id")
@@ -119,12 +119,14 @@ def adapter_lineage(adapter: Adapter) -> Lineage:
     if missing:
         feedback_by_id.update(
             (feedback.pk, feedback)
-            for feedback in Feedback.objects.filter(pk__in=missing, trace__project=adapter.project)
+            for feedback in Feedback.objects.filter(
+                pk__in=missing, trace__project=adapter.project
+            ).select_related("reviewer", "api_key")
         )
-    reviewers = {
-        feedback.author or (feedback.reviewer.get_username() if feedback.reviewer else "")
-        for feedback in (target.feedback for target in learned)
-    } | {target.reviewed_by.get_username() for target in learned if target.reviewed_by}
+    senders = {target.feedback.sender for target in learned} - {"unknown sender"}
+    reviewers = senders | {
+        target.reviewed_by.get_username() for target in learned if target.reviewed_by
+    }
     targets_by_id = {target.pk: target for target in run_targets}
     rows = [
         _row(item, targets_by_id, feedback_by_id)

@@ -312,6 +312,16 @@ class Feedback(models.Model):
     def __str__(self) -> str:
         return f"feedback on {self.trace_id} turn {self.turn}"
 
+    @property
+    def sender(self) -> str:
+        """Who sent it as far as the product knows: the key or the person, never the claimed
+        `author` (select_related "api_key" and "reviewer" where many are shown)."""
+        if self.api_key_id:
+            return f"via key {self.api_key.name or self.api_key.prefix}"
+        if self.reviewer_id:
+            return self.reviewer.get_username()
+        return "unknown sender"
+
 
 class Role(models.TextChoices):
     ADMIN = "admin"  # manages keys, taxonomy, queues and members

@@ -120,7 +120,7 @@ def feedback_targets(
     if before_feedback_id is not None:
         feedback = feedback.filter(pk__lt=before_feedback_id)
     feedback = list(
-        feedback.select_related("trace")
+        feedback.select_related("trace", "reviewer", "api_key")
         .defer("trace__body", "trace__metadata")
         .order_by("-id")[:limit]
     )

@@ -129,7 +129,7 @@ def _review_context(request: HttpRequest, membership, trace) -> dict:
     all_tags = list(
         TraceTag.objects.filter(trace=trace).select_related("tag", "reviewer").order_by("tag__name")
     )
-    feedback_list = list(trace.feedback.select_related("reviewer").order_by("id"))
+    feedback_list = list(trace.feedback.select_related("reviewer", "api_key").order_by("id"))
     learned_by = adapters_by_feedback([feedback.pk for feedback in feedback_list])
     for feedback in feedback_list:
         feedback.learned_by = learned_by.get(feedback.pk, [])

@@ -149,7 +149,7 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
             error = str(problem)
     approved = list(
         approved_targets(project)
-        .select_related("feedback__trace")
+        .select_related("feedback__trace", "feedback__reviewer", "feedback__api_key")
         .defer("feedback__trace__body", "feedback__trace__metadata")
     )
     tags = tags_by_trace({target.feedback.trace_id for target in approved})
@@ -165,9 +165,7 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         **_base_context(request, membership),
         "approved": approved,
-        "by_author": sorted(
-            Counter(target.feedback.author or "unknown" for target in approved).items()
-        ),
+        "by_sender": sorted(Counter(target.feedback.sender for target in approved).items()),
         "by_tag": sorted(tag_counts.items()),
         "excluded": [(row["state"], row["count"]) for row in excluded],
         "failing_checks": sum(not target.passes_checks for target in approved),

@@ -266,7 +266,8 @@ FIND_INJECTED_MARKUP = """
   // Text the templates escape must stay text (bar the <br> of linebreaksbr) ...
   for (const element of document.querySelectorAll(
       ".turn pre, .tool-call header strong, .tool-call header small, .feedback > p, .review pre,"
-      + " .tag, .trace-head h1, .turn > header .name, #trace-rows td:nth-child(2)")) {
+      + " .tag, .trace-head h1, .turn > header .name, #trace-rows td:nth-child(2),"
+      + " .feedback-source, .claimed-author")) {
     for (const child of element.querySelectorAll(":not(br)")) {
       problems.push("inside " + element.tagName + ": " + child.outerHTML.slice(0, 80));
     }

@@ -5,6 +5,7 @@ import re
 import pytest
 from django.test import Client
 
+from reviewapp.learning.targets import propose_targets_for
 from reviewapp.models import ApiKey, Feedback
 from reviewapp.services.ingest import ingest_traces
 from reviewapp.services.projects import create_api_key
@@ -115,3 +116,24 @@ def test_the_openapi_document_describes_the_source(client):
     assert set(source["discriminator"]["mapping"]) == {"api_key", "person", "unknown"}
     assert "source" in schemas["FeedbackOut"]["required"]
     assert schemas["KeySourceOut"]["required"] == ["kind", "name", "prefix"]
+
+
+def test_the_targets_and_retrain_pages_name_the_key_not_the_claimed_author(harness, trace, alice):
+    """A correction from the harness's key waits on the Targets page as a proposal; the page
+    a reviewer approves it on, and Retrain's per-sender counts, name the key."""
+    _, api = harness
+    correction = {"role": "assistant", "content": "42"}
+    body = {"text": "Answer 42.", "turn": 4, "author": "admin", "correction": correction}
+    assert api.post(FEEDBACK, body).status_code == 201
+    propose_targets_for(feedback_id=Feedback.objects.get().pk)  # the worker's task, here
+    client = Client()
+    client.force_login(alice)
+
+    proposed = client.get("/p/acme/targets/?state=proposed").content.decode()
+    assert "via key harness-bot" in proposed and "as claimed: admin" in proposed
+
+    target = Feedback.objects.get().targets.get()
+    target.state = "approved"
+    target.save()
+    retrain = client.get("/p/acme/retrain/").content.decode()
+    assert "<li>via key harness-bot: 1</li>" in retrain

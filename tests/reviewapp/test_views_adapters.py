@@ -168,7 +168,8 @@ def test_the_detail_page_shows_the_lineage(adapter, victor, bob):
     assert f"/p/acme/traces/{feedback.trace_id}/#turn-4" in html
     assert "12 * 7 is 84." in html and "Answer: 84 (v1)." in html  # original beside the target
     assert "<pre>12 * 7</pre>" in html and "<pre>Answer: 84.</pre>" in html  # before / after
-    assert ">carol<" in html and ">bob<" in html  # the feedback author and the approver
+    assert "(author as claimed: carol)" in html  # written without a key or a person: a claim
+    assert ">bob<" in html  # the approver
     assert "1 target from 1 feedback item" in html
     assert "1 of 1 failing feedback items fixed" in html  # the gate's reason
     assert "/p/acme/traces/?adapter=acme-v1" in html
