@@ -15,7 +15,8 @@ the route moves once the project's `deploy_quorum` servers (else DEPLOY_QUORUM; 
 the adapter and answered with it.
 """
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -30,7 +31,9 @@ from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.lineage import adapter_report
 from reviewapp.models import Project
 from reviewapp.project_settings import settings_for
-from training.deploy import DeployError, canary_request, load_adapter
+from training.deploy import DeployError, canary_request, load_adapter, unload_adapter
+
+logger = logging.getLogger(__name__)
 
 
 class DeployRefused(DeployError):
@@ -91,11 +94,20 @@ def _make_primary(route: ModelRoute, name: str) -> None:
     route.primary, route.canary, route.canary_share = name, "", 0
 
 
-def deploy_adapter(*, adapter: Adapter, share: int = 100, client: httpx.Client | None = None):
+def deploy_adapter(
+    *,
+    adapter: Adapter,
+    share: int = 100,
+    client: httpx.Client | None = None,
+    before_route_change: Callable[[], None] | None = None,
+):
     """Load on every upstream, send a canary request, then route `share`% of the alias to it.
 
     Raises DeployRefused when the adapter may not serve or the route moved while it loaded,
     DeployError when a model server did not take it; either way routing is unchanged.
+    `before_route_change` runs under the route's lock, in the transaction that changes it: what
+    it raises leaves the route as it was (the worker moves its run to deployed there, so a
+    cancel is either in time to stop the route changing or finds the run deployed).
     """
     if not 0 < share <= 100:
         raise ValueError("share must be between 1 and 100")
@@ -120,6 +132,8 @@ def deploy_adapter(*, adapter: Adapter, share: int = 100, client: httpx.Client |
                 f"The route changed while {adapter.name} was loading; look again, then deploy."
             )
         _refuse_deploy(adapter, route)
+        if before_route_change is not None:
+            before_route_change()
         if share == 100:
             _make_primary(route, adapter.name)
         else:
@@ -134,6 +148,24 @@ def _load_on(client: httpx.Client, url: str, adapter: Adapter) -> dict:
     except DeployError as error:
         return {"url": url, "loaded": False, "error": str(error)[:500]}
     return {"url": url, "loaded": True, "error": ""}
+
+
+def unload_everywhere(*, adapter: Adapter, client: httpx.Client | None = None) -> None:
+    """Drop an adapter that no route names from the model servers its deploy loaded it on (a
+    deploy withdrawn before routing). A server that does not answer is logged: the adapter
+    there answers only calls that name it, and no route does."""
+    servers = (adapter.eval_results or {}).get("deploy", {}).get("servers", [])
+    client = client or httpx.Client(timeout=60)
+    for server in servers:
+        if not server["loaded"]:
+            continue
+        try:
+            unload_adapter(client, server["url"], name=adapter.name)
+        except (DeployError, httpx.HTTPError) as error:
+            logger.warning("%s stays loaded on %s: %s", adapter.name, server["url"], error)
+            continue
+        server.update(loaded=False, error="unloaded: the deploy was withdrawn before routing")
+    _record_deploy(adapter, servers)
 
 
 def _record_deploy(adapter: Adapter, servers: list[dict]) -> None:

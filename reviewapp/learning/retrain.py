@@ -1,7 +1,8 @@
 """What a claimed run does, in order: build its data from the split fixed at creation, train
 (resuming from a checkpoint if an earlier worker died), evaluate, register the adapter, gate,
 deploy. Every status change goes through the state machine (runs.move): a refused move means
-the run was cancelled or failed meanwhile, and the work stops there.
+the run was cancelled or failed meanwhile, and the work stops there. A cancel ends the run
+`cancelled` in any phase, routing untouched (runs.py says where the worker looks for it).
 """
 
 import json
@@ -19,7 +20,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from reviewapp.gateway.routing import upstream_urls
-from reviewapp.learning.deploy import deploy_adapter
+from reviewapp.learning.deploy import deploy_adapter, unload_everywhere
 from reviewapp.learning.models import (
     ACTIVE_RUN_STATUSES,
     Adapter,
@@ -27,7 +28,13 @@ from reviewapp.learning.models import (
     RunStatus,
     TrainingRun,
 )
-from reviewapp.learning.runs import TransitionRefused, fail, move
+from reviewapp.learning.runs import (
+    TransitionRefused,
+    end_cancelled,
+    fail,
+    move,
+    stop_if_cancel_requested,
+)
 from reviewapp.learning.selectors import final_answer, tags_by_trace
 from reviewapp.models import Trace
 from reviewapp.project_settings import settings_for
@@ -47,7 +54,10 @@ def execute_run(run: TrainingRun) -> str:
         with _Heartbeat(run.pk):
             return _execute(run)
     except TransitionRefused:
-        return "superseded"  # cancelled or failed meanwhile: what happened stays as it is
+        if end_cancelled(run.pk):  # a person's cancel refused the move: it ends here
+            shutil.rmtree(checkpoint_dir(run), ignore_errors=True)
+            return RunStatus.CANCELLED
+        return "superseded"  # failed meanwhile: what happened stays as it is
     except Exception as error:
         logger.exception("training run %s failed", run.pk)
         fail(run.pk, error=f"{type(error).__name__}: {error}", log=traceback.format_exc())
@@ -106,12 +116,17 @@ def _execute(run: TrainingRun) -> str:
         checkpoint_dir=checkpoints if config.save_every_steps else None,
         resume_from=resume_from,
     )
-    if result.stopped:
-        move(run.pk, source=RunStatus.TRAINING, target=RunStatus.CANCELLED)
-        shutil.rmtree(checkpoints, ignore_errors=True)
-        return RunStatus.CANCELLED
+    if result.stopped:  # cancelled, or failed as stale meanwhile
+        raise TransitionRefused(f"run {run.pk} stopped training")
 
     move(run.pk, source=RunStatus.TRAINING, target=RunStatus.EVALUATING)
+
+    def evaluate() -> dict:
+        stop_if_cancel_requested(run.pk)  # a cancel stops the run between candidates
+        return _evaluate(
+            model, tokenizer, targets, held_out, tools, good_traces, base_side, replier
+        )
+
     base_side: dict = {}  # the base's replies, answered once for every candidate
     with httpx.Client(timeout=EVALUATION_TIMEOUT_S) as client:
         replier, evaluated_on = _evaluation_replier(run, model_dir, tokenizer, client)
@@ -119,11 +134,10 @@ def _execute(run: TrainingRun) -> str:
             model,
             config,
             result,
-            evaluate=lambda: _evaluate(
-                model, tokenizer, targets, held_out, tools, good_traces, base_side, replier
-            ),
+            evaluate=evaluate,
             thresholds=settings_for(project).gate_thresholds(),
         )
+    stop_if_cancel_requested(run.pk)  # before an adapter is written for a cancelled run
     metrics = {
         # What was stored when the run was created (the training-data accounting) stays.
         **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
@@ -338,7 +352,15 @@ def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
         return RunStatus.TRAINED
     move(run.pk, source=RunStatus.EVALUATING, target=RunStatus.DEPLOYING, metrics=metrics)
     try:
-        deploy_adapter(adapter=adapter, share=project_settings.canary_share)
+        deploy_adapter(
+            adapter=adapter,
+            share=project_settings.canary_share,
+            # In the route's transaction: a cancel that came first refuses it, and the route
+            # stays as it was; one that comes after finds the run deployed.
+            before_route_change=lambda: move(
+                run.pk, source=RunStatus.DEPLOYING, target=RunStatus.DEPLOYED
+            ),
+        )
     except (DeployError, ValueError) as error:
         move(
             run.pk,
@@ -347,7 +369,9 @@ def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
             error=f"deploy failed, routing unchanged: {error}"[:2000],
         )
         return RunStatus.DEPLOY_FAILED
-    move(run.pk, source=RunStatus.DEPLOYING, target=RunStatus.DEPLOYED)
+    except TransitionRefused:
+        unload_everywhere(adapter=adapter)  # loaded, never routed: the servers drop it
+        raise
     return RunStatus.DEPLOYED
 
 

@@ -6,6 +6,12 @@ trained / gate_failed / deploy_failed / failed / cancelled. Every move is one co
 (`WHERE status = <expected>`): a move the run is no longer in a position to make (it was
 cancelled, or failed as stale while its worker was away) is refused, logged and never
 overwrites what happened. A worker whose move is refused stops working on the run.
+
+Cancel is a flag a person sets (request_cancel); the worker honours it in every phase. While it
+is set, no move but to cancelled or failed is made, so the worker's next move (building ->
+training, evaluating -> deploying, deploying -> deployed under the route's lock, ...) is refused
+and the worker ends the run `cancelled` (end_cancelled). It also looks between training steps
+and before each evaluation of a candidate (stop_if_cancel_requested).
 """
 
 import json
@@ -51,7 +57,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             RunStatus.FAILED,
         }
     ),
-    RunStatus.DEPLOYING: frozenset({RunStatus.DEPLOYED, RunStatus.DEPLOY_FAILED, RunStatus.FAILED}),
+    RunStatus.DEPLOYING: frozenset(
+        {RunStatus.DEPLOYED, RunStatus.DEPLOY_FAILED, RunStatus.CANCELLED, RunStatus.FAILED}
+    ),
 }
 FINAL_STATUSES = frozenset(
     {
@@ -69,23 +77,57 @@ class RetrainError(ValueError):
     """Why a retrain cannot start now."""
 
 
+# The statuses a run may be cancelled from; a cancel refuses every other move.
+_CANCELLABLE = frozenset(
+    status for status, targets in TRANSITIONS.items() if RunStatus.CANCELLED in targets
+)
+# The moves a cancel lets through: the run stopping, one way or the other.
+_STOPPING = frozenset({RunStatus.CANCELLED, RunStatus.FAILED})
+
+
 class TransitionRefused(RuntimeError):
     """The run is no longer in the status a move expected: someone else decided its fate."""
 
 
+class CancelRequested(TransitionRefused):
+    """A person asked to cancel the run: its worker stops here (see end_cancelled)."""
+
+
 def move(run_id: int, *, source: str, target: str, **fields) -> None:
-    """Move a run from `source` to `target` (with `fields`), or raise TransitionRefused."""
+    """Move a run from `source` to `target` (with `fields`), or raise TransitionRefused.
+
+    Refused too while a cancel is requested, unless `target` is cancelled or failed."""
     if target not in TRANSITIONS.get(source, ()):
         raise ValueError(f"{source} -> {target} is not a run transition")
     if target in FINAL_STATUSES:
         fields.setdefault("finished_at", timezone.now())
-    moved = TrainingRun.objects.filter(pk=run_id, status=source).update(
-        status=target, heartbeat_at=timezone.now(), **fields
-    )
+    runs = TrainingRun.objects.filter(pk=run_id, status=source)
+    if target not in _STOPPING:
+        runs = runs.filter(cancel_requested=False)
+    moved = runs.update(status=target, heartbeat_at=timezone.now(), **fields)
     if not moved:
         current = TrainingRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
         logger.warning("run %s: %s -> %s refused, it is %s", run_id, source, target, current)
         raise TransitionRefused(f"run {run_id} is {current}, not {source}")
+
+
+def stop_if_cancel_requested(run_id: int) -> None:
+    """Raise CancelRequested if a person asked to cancel: for a point between two pieces of
+    work where the worker may stop cleanly (between candidates' evaluations, say)."""
+    if TrainingRun.objects.filter(pk=run_id, cancel_requested=True).exists():
+        raise CancelRequested(f"run {run_id}: cancel requested")
+
+
+def end_cancelled(run_id: int) -> bool:
+    """End a run a person asked to cancel, in whatever phase its worker stopped; False if no
+    cancel was asked for or the run had already ended (nothing is overwritten)."""
+    now = timezone.now()
+    ended = TrainingRun.objects.filter(
+        pk=run_id, status__in=_CANCELLABLE, cancel_requested=True
+    ).update(status=RunStatus.CANCELLED, finished_at=now, heartbeat_at=now)
+    if ended:
+        logger.info("run %s: cancelled as asked", run_id)
+    return bool(ended)
 
 
 def fail(run_id: int, *, error: str, log: str = "") -> bool:
@@ -212,7 +254,8 @@ def split_data(
 
 
 def request_cancel(*, run: TrainingRun) -> None:
-    """Queued runs stop at once; running ones at their next step."""
+    """Queued runs stop at once; running ones where their worker next looks: the end of the
+    build, the next training step, the next candidate's evaluation, or the route's change."""
     try:
         move(run.pk, source=RunStatus.QUEUED, target=RunStatus.CANCELLED)
     except TransitionRefused:
