@@ -1,5 +1,6 @@
 """Fill a demo project so a fresh install has something to look at. Safe to run again."""
 
+import os
 import random
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -102,6 +103,15 @@ def demo_trace(index: int, rng: random.Random) -> dict:
     }
 
 
+def write_secret(path: Path, text: str) -> None:
+    """Write `path` readable by this user only (0600), whatever the umask: it is a credential."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode through os.open
+        file.write(text)
+
+
 class Command(BaseCommand):
     help = "Create the demo project, an admin login and an API key, and load demo traces."
 
@@ -114,14 +124,16 @@ class Command(BaseCommand):
         )
         key_file = Path(settings.VAR_DIR) / "demo-api-key"
         if not key_file.exists():
-            key_file.parent.mkdir(parents=True, exist_ok=True)
-            key_file.write_text(create_api_key(project=project, name="demo")[1] + "\n")
+            write_secret(key_file, create_api_key(project=project, name="demo")[1] + "\n")
         password_file = Path(settings.VAR_DIR) / "admin-password"
         users = get_user_model().objects
         if not users.filter(username="admin").exists():
             password = secrets.token_urlsafe(12)
             users.create_superuser("admin", "admin@example.invalid", password)
-            password_file.write_text(password + "\n")
+            write_secret(password_file, password + "\n")
+        for secret_file in (key_file, password_file):  # written 0644 by an earlier version
+            if secret_file.exists():
+                os.chmod(secret_file, 0o600)
         rng = random.Random(7)
         results = ingest_traces(
             project=project,
