@@ -7,8 +7,11 @@ from django.core.asgi import get_asgi_application
 
 from reviewapp.api.limits import AdmissionLimit
 from reviewapp.gateway.asgi import GatewayRouter
+from reviewapp.static_manifest import require_static_manifest
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewapp.settings")
+# With DJANGO_DEBUG=false and static files never collected, refuse to start rather than 500.
+require_static_manifest()
 # Past the admission limits an overloaded process answers 503 before Django sees the request.
 # The gateway's URLs skip the site's middleware stack (reviewapp/gateway/asgi.py).
 application = AdmissionLimit(GatewayRouter(get_asgi_application()))

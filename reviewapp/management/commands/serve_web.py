@@ -2,8 +2,11 @@ import os
 import sys
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+
+from reviewapp.static_manifest import require_static_manifest
 
 ASGI_APP = "reviewapp.asgi:application"
 
@@ -28,6 +31,10 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, workers, **options):
         if not settings.DEBUG:
             self._collect_static()
+        try:
+            require_static_manifest()  # what each web worker checks as it imports the app
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from None
         command = [
             sys.executable, "-m", "uvicorn", ASGI_APP,
             "--host", host, "--port", str(port), "--workers", str(workers),
