@@ -20,6 +20,7 @@ from django.db import connection
 from django.urls import reverse
 from playwright.sync_api import expect
 
+from bench.apprentice_server import collect_static
 from reviewapp.harness.agent import EpisodeResult, run_episode
 from reviewapp.harness.tasks import TASKS
 from reviewapp.harness.tools import ToolEnvironment
@@ -95,6 +96,7 @@ def web_and_worker(request, tmp_path, vllm_url) -> Iterator[str]:
     port = free_port()
     logs = tmp_path / "logs"
     logs.mkdir()
+    collect_static()  # production settings: the web process refuses to start without them
     web_command = [sys.executable, "-m", "uvicorn", "reviewapp.asgi:application"]
     web_command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     worker_command = [sys.executable, "-m", "celery", "-A", "reviewapp", "worker"]
