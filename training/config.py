@@ -40,7 +40,7 @@ class TrainingConfig:
         "all-linear"
     )
     # None picks the mode's default (see effective_learning_rate).
-    learning_rate: float | None = Field(None, gt=0, le=0.01)
+    learning_rate: float | None = Field(None, gt=0, le=0.1)
     # Share of the optimizer steps over which the learning rate rises linearly from ~0; after
     # that it decays linearly towards 0 at the last step.
     warmup_ratio: float = Field(0.1, ge=0.0, lt=1.0)

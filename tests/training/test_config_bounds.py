@@ -83,7 +83,7 @@ def test_an_unknown_threshold_is_refused_naming_it():
 def test_a_large_run_a_person_could_mean_is_accepted():
     config = TrainingConfig.from_json(
         '{"epochs": 100, "min_steps": 10000, "max_seq_len": 32768, "lora_r": 512,'
-        ' "lora_alpha": 1024, "per_device_batch_size": 32, "learning_rate": 0.01,'
+        ' "lora_alpha": 1024, "per_device_batch_size": 32, "learning_rate": 0.1,'
         ' "replay_examples": 10000, "sample_max_tokens": 4096, "gate_candidates": 10,'
         ' "seed": 4294967295}'
     )
