@@ -145,7 +145,7 @@ BODY_VARIANTS = 64  # distinct small bodies, reused: the list never reads them
 
 
 def _small_bodies(rng: random.Random) -> list[bytes]:
-    from reviewapp.models import Trace
+    from reviewapp.traces.models import Trace
 
     bodies = []
     for variant in range(BODY_VARIANTS):
@@ -167,7 +167,7 @@ def _small_bodies(rng: random.Random) -> list[bytes]:
 def _searched_text(rng: random.Random, index: int, termination: str) -> str:
     """The trace's `search_text` as ingest extracts it from its messages: tool errors first,
     then the answers and tool calls (a successful tool result is not searched)."""
-    from reviewapp.services.ingest import search_text
+    from reviewapp.traces.ingest import search_text
 
     order = f"A-{index}"
     call = {
@@ -240,7 +240,7 @@ def copy_traces(*, project_id: int, count: int, seed: int) -> float:
     """
     from django.db import connection
 
-    from reviewapp.models import Trace
+    from reviewapp.traces.models import Trace
 
     fields = [field for field in Trace._meta.concrete_fields if not field.primary_key]
     known = set(next(trace_rows(project_id, 1, seed)))
@@ -268,7 +268,7 @@ def copy_reviews(*, project, reviewer, seed: int) -> tuple[int, int]:
     """Tags and feedback by `reviewer` on a random share of the traces; (tags, feedback) rows."""
     from django.db import connection
 
-    from reviewapp.models import Tag
+    from reviewapp.review.models import Tag
 
     rng = random.Random(seed + 1)
     trace_ids = list(project.traces.values_list("id", flat=True))
@@ -391,9 +391,9 @@ def list_queryset(project, query: str):
     from django.db.models import Count, Prefetch
     from django.http import QueryDict
 
-    from reviewapp.filters import TraceFilterForm, after_cursor, filtered_traces
-    from reviewapp.models import TraceTag
-    from reviewapp.views.traces import PAGE_SIZE
+    from reviewapp.review.models import TraceTag
+    from reviewapp.traces.filters import TraceFilterForm, after_cursor, filtered_traces
+    from reviewapp.traces.views import PAGE_SIZE
 
     params = QueryDict(query)
     form = TraceFilterForm(params or None, project=project)
@@ -455,10 +455,11 @@ def run(config: BenchConfig) -> None:
     from django.db import connection
     from django.test import Client
 
-    from reviewapp.models import Membership, Trace
-    from reviewapp.rendering import conversation
-    from reviewapp.services.ingest import ingest_traces
-    from reviewapp.services.projects import create_project
+    from reviewapp.projects.models import Membership
+    from reviewapp.projects.services import create_project
+    from reviewapp.traces.ingest import ingest_traces
+    from reviewapp.traces.models import Trace
+    from reviewapp.traces.rendering import conversation
 
     project = create_project(slug="bench", name="Bench")
     reviewer = get_user_model().objects.create_user("alice", password="bench-password-1")

@@ -142,8 +142,8 @@ def record_episode(config: BenchConfig, project, backend: int) -> Episode:
     """The agent loop, recorded call by call; checks the trace reads back as sent."""
     from django.utils import timezone
 
-    from reviewapp.models import Trace
-    from reviewapp.services.calls import RecordedCall, record_model_call
+    from reviewapp.gateway.calls import RecordedCall, record_model_call
+    from reviewapp.traces.models import Trace
 
     rng = random.Random(config.seed)
     alphabet = string.ascii_letters + string.digits + " \n"
@@ -222,9 +222,9 @@ def run(config: BenchConfig) -> None:
     setup_django(scratch_database_url(config.admin_url, BENCH_DATABASE))
     from django.db import connection
 
-    from reviewapp.models import Trace
-    from reviewapp.services.calls import settle_traces
-    from reviewapp.services.projects import create_project
+    from reviewapp.gateway.calls import settle_traces
+    from reviewapp.projects.services import create_project
+    from reviewapp.traces.models import Trace
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")

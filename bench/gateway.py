@@ -382,7 +382,7 @@ def create_project_with_key(*, slug: str, upstream_url: str, served_model: str) 
     """A project whose upstream is `upstream_url`; its id and a fresh API key."""
     from django.db import connections
 
-    from reviewapp.services.projects import create_api_key, create_project
+    from reviewapp.projects.services import create_api_key, create_project
 
     project = create_project(slug=slug, upstream_url=upstream_url, served_model=served_model)
     _, secret = create_api_key(project=project, name="bench")

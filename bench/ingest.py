@@ -213,7 +213,7 @@ def setup_django(database_url: str) -> None:
 
 
 def create_project_with_key(slug: str) -> tuple[Any, str]:
-    from reviewapp.services.projects import create_api_key, create_project
+    from reviewapp.projects.services import create_api_key, create_project
 
     project = create_project(slug=slug)
     _, secret = create_api_key(project=project, name="bench")
@@ -455,9 +455,9 @@ def time_stages(*, bodies: list[bytes], slug: str) -> dict[str, Span]:
     from django.conf import settings
     from django.db import connection
 
-    from reviewapp.ingest.chat import parse_trace_item
-    from reviewapp.models import Trace
-    from reviewapp.services.ingest import content_hash_of, ingest_traces
+    from reviewapp.traces.chat import parse_trace_item
+    from reviewapp.traces.ingest import content_hash_of, ingest_traces
+    from reviewapp.traces.models import Trace
 
     project, _ = create_project_with_key(slug)
     batches = [orjson.loads(body)["traces"] for body in bodies]

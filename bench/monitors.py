@@ -121,7 +121,7 @@ def copy_traces_with_facts(*, project_id: int, count: int, seed: int, tally: Tal
     """
     from django.db import connection
 
-    from reviewapp.models import Trace
+    from reviewapp.traces.models import Trace
 
     fields = [field for field in Trace._meta.concrete_fields if not field.primary_key]
     known = set(
@@ -193,11 +193,13 @@ def run(config: BenchConfig) -> None:
     from django.db.models import Count
     from django.test import Client
 
-    from reviewapp.models import Membership, ToolRollup, Trace, TraceRollup
-    from reviewapp.services.alerts import project_alerts
-    from reviewapp.services.monitors import compute_monitor, monitor_of_traces
-    from reviewapp.services.projects import create_project
-    from reviewapp.services.rollups import rebuild_rollups
+    from reviewapp.monitors.alerts import project_alerts
+    from reviewapp.monitors.models import ToolRollup, TraceRollup
+    from reviewapp.monitors.monitors import compute_monitor, monitor_of_traces
+    from reviewapp.monitors.rollups import rebuild_rollups
+    from reviewapp.projects.models import Membership
+    from reviewapp.projects.services import create_project
+    from reviewapp.traces.models import Trace
 
     project = create_project(slug="bench", name="Bench")
     reviewer = get_user_model().objects.create_user("rita", password="bench-only")

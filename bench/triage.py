@@ -12,7 +12,7 @@ What one run does:
 1. Generates `--traces` synthetic agent traces from `--seed`, each one of eight failure kinds
    (a search tool timing out, a wrong sum, a refused refund, ...) with its own wording: a user
    question, tool calls and results, a final answer, sometimes a reviewer's feedback. Builds
-   every trace's compact text with `reviewapp.similarity.compact_text` (timed, all traces).
+   every trace's compact text with `reviewapp.monitors.embeddings.compact_text` (timed, all traces).
 2. Embeds `--embed-sample` of them with `embed_texts` (sentence-transformers, batch 64), and,
    as the baseline, the same texts with a plain transformers forward of the same weights (same
    tokenizer truncation at 256 tokens, batch 64, mean pooling, L2 norm, `torch.inference_mode`).
@@ -32,7 +32,7 @@ What one run does:
    - today's (the baseline): the newest 20,000 vectors of the project read into numpy and
      compared there, which is what more like this did before the index (older traces ignored);
    - pgvector: ORDER BY cosine distance LIMIT 10 through the HNSW index, the query and settings
-     services/similarity._nearest_indexed uses (ef_search 100, iterative scan, the trace itself
+     monitors/similarity._nearest_indexed uses (ef_search 100, iterative scan, the trace itself
      excluded);
    - the numpy fallback without pgvector: every vector read, 10,000 at a time (fewer queries).
    Recall@10 of each against the exact neighbours over all vectors is printed with them.
@@ -67,7 +67,7 @@ from pgvector.psycopg import register_vector
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/triage.py` puts bench/, not the root, first
 
-from reviewapp import similarity  # noqa: E402
+from reviewapp.monitors import embeddings as similarity  # noqa: E402
 
 CITIES = ["Paris", "Rome", "Berlin", "Lisbon", "Madrid", "Vienna", "Prague", "Oslo", "Dublin"]
 PRODUCTS = ["headphones", "a kettle", "running shoes", "a desk lamp", "a phone case", "a tent"]
@@ -288,14 +288,14 @@ def old_more_like_this(connection: psycopg.Connection, trace_id: int, query: np.
     return ids[top].tolist()
 
 
-# services/similarity.EF_SEARCH: the candidates the HNSW scan keeps (pgvector's default is 40).
+# monitors/similarity.EF_SEARCH: the candidates the HNSW scan keeps (pgvector's default is 40).
 EF_SEARCH = 100
 
 
 def indexed_more_like_this(
     connection: psycopg.Connection, trace_id: int, query: np.ndarray, ef_search: int = EF_SEARCH
 ) -> list:
-    """pgvector's HNSW index, as services/similarity._nearest_indexed asks it."""
+    """pgvector's HNSW index, as monitors/similarity._nearest_indexed asks it."""
     with connection.transaction():
         connection.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
         connection.execute("SET LOCAL hnsw.iterative_scan = strict_order")

@@ -1,7 +1,9 @@
 from django.contrib import admin
 
-from reviewapp.models import ApiKey, Feedback, Project, Tag, Trace, TraceTag
-from reviewapp.services.projects import revoke_api_key
+from reviewapp.projects.models import ApiKey, Project
+from reviewapp.projects.services import revoke_api_key
+from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.traces.models import Trace
 
 
 @admin.register(Project)

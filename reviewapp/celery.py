@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 app = Celery("apprentice")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["reviewapp", "reviewapp.learning"])
+app.autodiscover_tasks(["reviewapp.learning", "reviewapp.monitors"])
 
 # The embedded file-system broker expects its folders to exist.
 for option in ("data_folder_in", "processed_folder", "control_folder"):

@@ -3,7 +3,7 @@
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from reviewapp.views.access import projects_for_user
+from reviewapp.projects.access import projects_for_user
 
 
 def nav(request: HttpRequest) -> dict:

@@ -6,13 +6,16 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
 
-from reviewapp.filters import TraceFilterForm
-from reviewapp.models import Feedback, Queue, Role, Tag, Trace, TriageRule
-from reviewapp.rendering import TurnView
-from reviewapp.services.feedback import MAX_FEEDBACK_TEXT_LENGTH
-from reviewapp.services.queues import MAX_QUEUE_ITEMS
-from reviewapp.services.targets import AUTO_APPROVE_POLICIES
-from reviewapp.services.triage import ANY_TOOL
+from reviewapp.learning.approvals import AUTO_APPROVE_POLICIES
+from reviewapp.monitors.models import TriageRule
+from reviewapp.monitors.triage import ANY_TOOL
+from reviewapp.projects.models import Role
+from reviewapp.review.feedback import MAX_FEEDBACK_TEXT_LENGTH
+from reviewapp.review.models import Feedback, Queue, Tag
+from reviewapp.review.queues import MAX_QUEUE_ITEMS
+from reviewapp.traces.filters import TraceFilterForm
+from reviewapp.traces.models import Trace
+from reviewapp.traces.rendering import TurnView
 
 
 class FeedbackForm(forms.Form):

@@ -230,9 +230,9 @@ BASE_MODEL = env.str("BASE_MODEL", default="SmolLM2-135M-Instruct")
 ADAPTERS_DIR = Path(env.str("ADAPTERS_DIR", default=str(VAR_DIR / "adapters")))
 # Sent only to MODEL_SERVERS; never the harness's key.
 VLLM_API_KEY = env.str("VLLM_API_KEY", default="")
-# What a project's settings may reach (reviewapp/outbound.py), the operator's choice: the model
-# servers a project may list in `upstreams` or name as its teacher (comma-separated base URLs;
-# a project's own upstream_url, set by the operator, is allowed to it too)...
+# What a project's settings may reach (reviewapp/projects/outbound.py), the operator's choice:
+# the model servers a project may list in `upstreams` or name as its teacher (comma-separated
+# base URLs; a project's own upstream_url, set by the operator, is allowed to it too)...
 MODEL_SERVERS = env.list("MODEL_SERVERS", default=[VLLM_URL])
 # ...other OpenAI-compatible endpoints a project may name as its teacher...
 TEACHER_SERVERS = env.list("TEACHER_SERVERS", default=[])

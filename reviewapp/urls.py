@@ -4,17 +4,13 @@ from django.urls import path
 
 from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
-from reviewapp.views import (
-    adapters,
-    api_keys,
-    members,
-    monitors,
-    projects,
-    queues,
-    traces,
-    training,
-    triage,
-)
+from reviewapp.learning.views import adapters, training
+from reviewapp.monitors.views import monitors, triage
+from reviewapp.projects.views import keys as api_keys
+from reviewapp.projects.views import members
+from reviewapp.review.views import queues
+from reviewapp.review.views import tags as projects
+from reviewapp.traces import views as traces
 
 project = "p/<slug:slug>/"
 

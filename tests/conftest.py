@@ -1,10 +1,11 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from reviewapp.models import DistillationTarget, Membership, TargetState
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.projects import create_api_key, create_project
+from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.projects.models import Membership
+from reviewapp.projects.services import create_api_key, create_project
+from reviewapp.review.feedback import record_feedback
+from reviewapp.traces.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
 
 

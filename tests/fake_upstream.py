@@ -1,6 +1,6 @@
 """A FAKE model server for the fast gateway tests, named as such: it answers the OpenAI chat API
 the way vLLM does (JSON and server-sent events) on 127.0.0.1, and can be made slow or broken on
-purpose. The real vLLM CPU server is what the slow tests use (tests/reviewapp/test_gateway_vllm.py).
+purpose. The real vLLM CPU server is what the slow tests use (tests/gateway/test_gateway_vllm.py).
 
 Behaviour by requested model name: "slow-model" waits 3 s; "broken-model" answers 500;
 "drip-model" streams one chunk every 0.3 s for 20 chunks. Anything else echoes the last user

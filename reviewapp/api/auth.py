@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
 
-from reviewapp.models import ApiKey, KeyScope, Project
+from reviewapp.projects.models import ApiKey, KeyScope, Project
 
 # last_used_at is for people reading the keys page; writing it on every request would cost a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)

@@ -15,7 +15,7 @@ from ninja.parser import Parser
 
 from reviewapp.api.auth import MissingScope
 from reviewapp.api.limits import body_too_large
-from reviewapp.ingest.chat import field_path
+from reviewapp.traces.chat import field_path
 
 logger = logging.getLogger(__name__)
 

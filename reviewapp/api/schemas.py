@@ -5,8 +5,8 @@ from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
 
-from reviewapp.models import Termination, TraceSource
-from reviewapp.services.feedback import MAX_CORRECTION_BYTES, MAX_FEEDBACK_TEXT_LENGTH
+from reviewapp.review.feedback import MAX_CORRECTION_BYTES, MAX_FEEDBACK_TEXT_LENGTH
+from reviewapp.traces.models import Termination, TraceSource
 
 
 class ErrorOut(Schema):

@@ -17,8 +17,8 @@ import time
 
 from django.db import InterfaceError, OperationalError, connection
 
-from reviewapp.services.calls import RecordedCall, record_model_calls
-from reviewapp.tasks import settle_when_quiet
+from reviewapp.gateway.calls import RecordedCall, record_model_calls
+from reviewapp.monitors.tasks import settle_when_quiet
 
 logger = logging.getLogger(__name__)
 

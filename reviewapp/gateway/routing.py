@@ -16,9 +16,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from reviewapp.models import Adapter, ApiKey, ModelRoute, Project
-from reviewapp.outbound import usable_upstreams
-from reviewapp.project_settings import settings_for
+from reviewapp.learning.models import Adapter, ModelRoute
+from reviewapp.projects.models import ApiKey, Project
+from reviewapp.projects.outbound import usable_upstreams
+from reviewapp.projects.project_settings import settings_for
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from reviewapp.gateway.calls import RecordedCall
 from reviewapp.gateway.conversation import StreamAssembler
 from reviewapp.gateway.errors import (
     SERVER_ERROR,
@@ -19,6 +20,7 @@ from reviewapp.gateway.errors import (
     messages_problem,
     openai_error,
 )
+from reviewapp.gateway.models import RefusalReason
 from reviewapp.gateway.recorder import recorder
 from reviewapp.gateway.refusals import refusals
 from reviewapp.gateway.routing import (
@@ -30,8 +32,7 @@ from reviewapp.gateway.routing import (
 )
 from reviewapp.gateway.tracecontext import trace_id_from_traceparent
 from reviewapp.gateway.upstream import pool, usable_for
-from reviewapp.models import KeyScope, RefusalReason
-from reviewapp.services.calls import RecordedCall
+from reviewapp.projects.models import KeyScope
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from reviewapp.gateway.routing import forget_cached_routes, upstream_urls
+from reviewapp.learning.lineage import adapter_report
 from reviewapp.learning.models import Adapter, ModelRoute
-from reviewapp.lineage import adapter_report
-from reviewapp.models import Project
-from reviewapp.project_settings import settings_for
+from reviewapp.projects.models import Project
+from reviewapp.projects.project_settings import settings_for
 from training.deploy import DeployError, canary_request, load_adapter, unload_adapter
 
 logger = logging.getLogger(__name__)

@@ -36,8 +36,8 @@ from reviewapp.learning.runs import (
     stop_if_cancel_requested,
 )
 from reviewapp.learning.selectors import final_answer, tags_by_trace
-from reviewapp.models import Trace
-from reviewapp.project_settings import settings_for
+from reviewapp.projects.project_settings import settings_for
+from reviewapp.traces.models import Trace
 from training.config import TrainingConfig
 
 logger = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from reviewapp.learning.dataset import build_training_set
 from reviewapp.learning.models import (
     ACTIVE_RUN_STATUSES,
     DistillationTarget,
@@ -31,9 +32,9 @@ from reviewapp.learning.models import (
     TrainingRun,
 )
 from reviewapp.learning.selectors import approved_targets, good_trace_ids
-from reviewapp.models import Feedback, FeedbackStatus, Project
-from reviewapp.project_settings import SettingsError, settings_for
-from reviewapp.services.dataset import build_training_set
+from reviewapp.projects.models import Project
+from reviewapp.projects.project_settings import SettingsError, settings_for
+from reviewapp.review.models import Feedback, FeedbackStatus
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS, REPLAY_PROMPTS, held_out_feedback
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,9 @@
 from django.db.models import Q, QuerySet
 
 from reviewapp.learning.models import DistillationTarget, TargetState
-from reviewapp.models import Project, Trace, TraceTag
+from reviewapp.projects.models import Project
+from reviewapp.review.models import TraceTag
+from reviewapp.traces.models import Trace
 
 # Recent traces that went well, for the forgetting guard and the gate's drift check.
 GOOD_TRACES = 8

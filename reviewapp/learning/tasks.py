@@ -9,9 +9,9 @@ from celery import shared_task
 from django.conf import settings
 
 from reviewapp.learning.models import RunStatus, TrainingRun
+from reviewapp.learning.proposals import propose_targets_for
 from reviewapp.learning.retrain import execute_run
 from reviewapp.learning.runs import claim
-from reviewapp.learning.targets import propose_targets_for
 
 # A redelivery that finds its run still reporting (the broker presumed a slow worker dead, or the
 # worker died moments ago) looks again this many times, a heartbeat timeout apart.

@@ -9,7 +9,7 @@ import zlib
 import orjson
 from django.db import migrations, models
 
-from reviewapp.services.ingest import search_text
+from reviewapp.traces.ingest import search_text
 
 BATCH = 500
 

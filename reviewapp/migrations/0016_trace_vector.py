@@ -3,7 +3,7 @@
 Added only where PostgreSQL offers the `vector` extension (pg_available_extensions) and this
 role may create it; elsewhere (SQLite, a PostgreSQL without pgvector) nothing changes in the
 database and similarity search compares vectors with numpy. TraceVector is the unmanaged model
-that reads and writes the column (see reviewapp/services/similarity.py). Vectors already stored
+that reads and writes the column (see reviewapp/monitors/similarity.py). Vectors already stored
 are copied into the column before the index is built, so a fresh index covers them all.
 """
 

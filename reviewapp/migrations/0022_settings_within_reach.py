@@ -1,4 +1,4 @@
-"""Stored settings that named what a project may no longer name (reviewapp/outbound.py).
+"""Stored settings that named what a project may no longer name (reviewapp/projects/outbound.py).
 
 `teacher.api_key_env` (any environment variable's name) gives way to `teacher.key_name`, one of
 the keys the operator declares; the variable it named is not carried over, since the operator

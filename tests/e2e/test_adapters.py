@@ -7,12 +7,12 @@ Deploys talk to tests/fake_upstream.py, a FAKE model server, over real HTTP.
 import pytest
 from playwright.sync_api import expect
 
-from reviewapp.models import ModelRoute
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.learning.models import ModelRoute
+from reviewapp.traces.ingest import ingest_traces
 from tests.e2e.conftest import sign_in
 from tests.factories import make_trace
 from tests.fake_upstream import FakeUpstream, free_port
-from tests.reviewapp.test_views_adapters import make_adapter
+from tests.learning.test_views_adapters import make_adapter
 
 pytestmark = pytest.mark.slow
 

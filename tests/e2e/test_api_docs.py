@@ -1,6 +1,6 @@
 """/api/v1/docs in Chromium: Swagger UI runs under the app's CSP and lists the API's operations.
 
-tests/reviewapp/test_api_docs.py checks the page's HTML and headers; this checks that the
+tests/site/test_api_docs.py checks the page's HTML and headers; this checks that the
 browser actually runs it (the page was blank while the CSP blocked Swagger UI from a CDN).
 """
 

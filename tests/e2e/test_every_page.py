@@ -14,21 +14,15 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.urls import reverse
 
+from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.learning.proposals import propose_targets_for
 from reviewapp.learning.runs import start_retrain
-from reviewapp.learning.targets import propose_targets_for
-from reviewapp.models import (
-    DistillationTarget,
-    Feedback,
-    FeedbackStatus,
-    Project,
-    Queue,
-    Tag,
-    TargetState,
-    TriageRule,
-)
-from reviewapp.services.feedback import mark_feedback_failed
+from reviewapp.monitors.models import TriageRule
+from reviewapp.projects.models import Project
+from reviewapp.review.feedback import mark_feedback_failed
+from reviewapp.review.models import Feedback, FeedbackStatus, Queue, Tag
 from tests.e2e.conftest import sign_in
-from tests.reviewapp.test_views_every_page import PAGES, _named_patterns
+from tests.site.test_views_every_page import PAGES, _named_patterns
 
 pytestmark = pytest.mark.slow
 

@@ -24,16 +24,10 @@ from bench.apprentice_server import collect_static
 from reviewapp.harness.agent import EpisodeResult, run_episode
 from reviewapp.harness.tasks import TASKS
 from reviewapp.harness.tools import ToolEnvironment
-from reviewapp.models import (
-    ACTIVE_RUN_STATUSES,
-    Adapter,
-    DistillationTarget,
-    Feedback,
-    FeedbackStatus,
-    TargetState,
-    Trace,
-)
-from reviewapp.services.projects import create_api_key
+from reviewapp.learning.models import ACTIVE_RUN_STATUSES, Adapter, DistillationTarget, TargetState
+from reviewapp.projects.services import create_api_key
+from reviewapp.review.models import Feedback, FeedbackStatus
+from reviewapp.traces.models import Trace
 from tests.e2e.conftest import sign_in
 from tests.fake_upstream import free_port
 

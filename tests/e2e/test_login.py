@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

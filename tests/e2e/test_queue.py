@@ -1,9 +1,9 @@
 import pytest
 from playwright.sync_api import expect
 
-from reviewapp.models import QueueReview, ReviewStatus
-from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.queues import build_queue
+from reviewapp.review.models import QueueReview, ReviewStatus
+from reviewapp.review.queues import build_queue
+from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

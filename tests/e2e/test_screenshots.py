@@ -15,10 +15,11 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from reviewapp.models import Tag, Trace, TraceTag
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.rollups import roll_up_traces
+from reviewapp.monitors.rollups import roll_up_traces
+from reviewapp.review.feedback import record_feedback
+from reviewapp.review.models import Tag, TraceTag
+from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Trace
 from tests.e2e.conftest import sign_in
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -260,7 +261,7 @@ def seed_scenarios(project, api_key):
     slow tools under a time budget. Each version's traces are spread over the days it served.
     Played before the browser starts: the harness's outcome reports go through the test client.
     """
-    from tests.reviewapp.scenarios import SHORT_ANSWER, play
+    from tests.site.scenarios import SHORT_ANSWER, play
 
     play(project=project, api_key=api_key, adapter_version="acme-v1", seed=1)
     play(

@@ -4,9 +4,9 @@ reload), and a proposal's text is shown as text, never run."""
 import pytest
 from playwright.sync_api import expect
 
-from reviewapp.models import DistillationTarget, TargetState
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.review.feedback import record_feedback
+from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

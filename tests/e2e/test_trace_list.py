@@ -1,8 +1,8 @@
 import pytest
 from playwright.sync_api import Page, expect
 
-from reviewapp.models import Termination
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Termination
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

@@ -3,8 +3,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from reviewapp.models import Feedback, Tag, TraceTag
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

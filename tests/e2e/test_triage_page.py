@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from reviewapp import similarity
-from reviewapp.models import Feedback, Tag, TraceEmbedding, TraceTag
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.monitors import embeddings as similarity
+from reviewapp.monitors.models import TraceEmbedding
+from reviewapp.review.feedback import record_feedback
+from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

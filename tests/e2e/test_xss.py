@@ -11,10 +11,11 @@ import pytest
 from django.test import Client
 from playwright.sync_api import Page, expect
 
-from reviewapp.models import Membership, Trace
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.queues import build_queue, reserve_next_item
+from reviewapp.projects.models import Membership
+from reviewapp.review.feedback import record_feedback
+from reviewapp.review.queues import build_queue, reserve_next_item
+from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Trace
 
 PAYLOADS = [
     "<script>window.__xss=1</script>",

@@ -24,7 +24,7 @@ import redis
 from psycopg import sql
 
 from bench.apprentice_server import SERVER_SECRET_KEY, free_port, server_command
-from reviewapp.models import ACTIVE_RUN_STATUSES
+from reviewapp.learning.models import ACTIVE_RUN_STATUSES
 from tests.training.conftest import make_tiny_llama, make_tiny_tokenizer  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -433,7 +433,7 @@ def project_key(private_postgres) -> str:
     created = subprocess.run(
         [sys.executable, "-c",
          "import django; django.setup()\n"
-         "from reviewapp.services.projects import create_api_key, create_project\n"
+         "from reviewapp.projects.services import create_api_key, create_project\n"
          f"print(create_api_key(project=create_project(slug='{PROJECT_SLUG}'), "
          "scopes=['ingest', 'review', 'admin'])[1])"],  # a reviewer's corrections too
         cwd=REPO_ROOT, env=environment, check=True, timeout=120, capture_output=True, text=True,

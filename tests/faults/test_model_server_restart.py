@@ -18,10 +18,11 @@ import pytest
 from django.conf import settings
 from django.test import AsyncClient
 
+from reviewapp.gateway.models import ModelCall
 from reviewapp.gateway.recorder import recorder
 from reviewapp.learning.deploy import deploy_adapter
-from reviewapp.models import Adapter, ModelCall
-from reviewapp.services.projects import create_api_key, create_project
+from reviewapp.learning.models import Adapter
+from reviewapp.projects.services import create_api_key, create_project
 from tests.fake_upstream import free_port
 from training.base_models import resolve_base_model
 from training.vllm_server import ensure_vllm_venv, vllm_command, vllm_environment, wait_until_ready

@@ -7,10 +7,7 @@ import pytest
 
 from reviewapp.learning import deploy as learning_deploy
 from reviewapp.learning.deploy import deploy_adapter
-from reviewapp.learning.retrain import checkpoint_dir
-from reviewapp.learning.runs import TransitionRefused, request_cancel, start_retrain
-from reviewapp.learning.tasks import run_training
-from reviewapp.models import (
+from reviewapp.learning.models import (
     Adapter,
     DistillationTarget,
     ModelRoute,
@@ -18,8 +15,11 @@ from reviewapp.models import (
     TargetState,
     TrainingRun,
 )
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.learning.retrain import checkpoint_dir
+from reviewapp.learning.runs import TransitionRefused, request_cancel, start_retrain
+from reviewapp.learning.tasks import run_training
+from reviewapp.review.feedback import record_feedback
+from reviewapp.traces.ingest import ingest_traces
 from tests.fake_upstream import FakeUpstream
 from training import trainer
 from training.repliers import InProcessReplier

@@ -3,17 +3,17 @@ question has forgotten facts it was never asked about, and the gate keeps it fro
 
 import pytest
 
-from reviewapp.learning.runs import start_retrain
-from reviewapp.learning.tasks import run_training
-from reviewapp.models import (
+from reviewapp.learning.models import (
     Adapter,
     DistillationTarget,
     ModelRoute,
     RunStatus,
     TargetState,
 )
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.learning.runs import start_retrain
+from reviewapp.learning.tasks import run_training
+from reviewapp.review.feedback import record_feedback
+from reviewapp.traces.ingest import ingest_traces
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

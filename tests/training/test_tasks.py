@@ -7,10 +7,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from reviewapp.learning.retrain import checkpoint_dir
-from reviewapp.learning.runs import TransitionRefused, claim, move, start_retrain
-from reviewapp.learning.tasks import run_training
-from reviewapp.models import (
+from reviewapp.learning.models import (
     Adapter,
     DistillationTarget,
     ModelRoute,
@@ -18,8 +15,11 @@ from reviewapp.models import (
     TargetState,
     TrainingRun,
 )
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.learning.retrain import checkpoint_dir
+from reviewapp.learning.runs import TransitionRefused, claim, move, start_retrain
+from reviewapp.learning.tasks import run_training
+from reviewapp.review.feedback import record_feedback
+from reviewapp.traces.ingest import ingest_traces
 from tests.fake_upstream import free_port
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS, REPLAY_PROMPTS

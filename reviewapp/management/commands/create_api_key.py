@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from reviewapp.models import KeyScope, Project
-from reviewapp.services.projects import create_api_key
+from reviewapp.projects.models import KeyScope, Project
+from reviewapp.projects.services import create_api_key
 
 
 class Command(BaseCommand):

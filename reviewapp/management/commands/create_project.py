@@ -1,8 +1,8 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from reviewapp.models import Project
-from reviewapp.services.projects import create_project
+from reviewapp.projects.models import Project
+from reviewapp.projects.services import create_project
 
 
 class Command(BaseCommand):

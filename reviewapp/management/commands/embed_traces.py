@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from reviewapp.models import Project
-from reviewapp.services.similarity import EMBED_CHUNK, embed_traces
+from reviewapp.monitors.similarity import EMBED_CHUNK, embed_traces
+from reviewapp.projects.models import Project
 
 
 class Command(BaseCommand):

@@ -7,8 +7,9 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from reviewapp.models import Project, TraceSource
-from reviewapp.services.ingest import ingest_traces
+from reviewapp.projects.models import Project
+from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import TraceSource
 
 BATCH_SIZE = 500
 REASONS_SHOWN = 20

@@ -10,11 +10,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from reviewapp.models import Membership, Project, Queue, Role, Tag, TraceSource, TraceTag
-from reviewapp.services.feedback import record_feedback
-from reviewapp.services.ingest import ingest_traces
-from reviewapp.services.projects import create_api_key, create_project
-from reviewapp.services.queues import build_queue
+from reviewapp.projects.models import Membership, Project, Role
+from reviewapp.projects.services import create_api_key, create_project
+from reviewapp.review.feedback import record_feedback
+from reviewapp.review.models import Queue, Tag, TraceTag
+from reviewapp.review.queues import build_queue
+from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import TraceSource
 
 CALCULATOR = {
     "type": "function",

@@ -1,0 +1,133 @@
+"""Retrain over the API: start a run on what is approved, watch it, list the adapters."""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import Http404, HttpRequest
+from ninja import Router, Schema, Status
+from ninja.errors import HttpError
+
+from reviewapp.api.auth import requires
+from reviewapp.api.schemas import ErrorOut
+from reviewapp.learning.deploy import deployment_of
+from reviewapp.learning.models import Adapter, ModelRoute, TrainingRun
+from reviewapp.learning.runs import RetrainError, is_presumed_dead, start_retrain
+from reviewapp.projects.models import KeyScope, Project
+from reviewapp.traces.api.traces import ERRORS
+
+router = Router(tags=["training"])
+
+
+class RunIn(Schema):
+    mode: Literal["sft", "distill"] = "sft"
+
+
+class RunCreatedOut(Schema):
+    id: int
+
+
+class RunOut(Schema):
+    id: int
+    status: str
+    mode: str
+    progress: dict[str, Any]
+    adapter: str | None
+    eval: dict[str, Any]
+    error: str
+    targets: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    # Active, but its worker stopped reporting: a starting worker takes it over.
+    worker_lost: bool
+
+
+class DeploymentOut(Schema):
+    state: Literal["serving", "canary", "idle"]
+    share: int
+
+
+class AdapterOut(Schema):
+    name: str
+    version: int
+    base_model: str
+    checksum: str
+    created_at: datetime
+    run_id: int | None
+    deployment: DeploymentOut
+
+
+class AdapterListOut(Schema):
+    adapters: list[AdapterOut]
+
+
+def _get_run_for_project(project: Project, run_id: int) -> TrainingRun:
+    run = TrainingRun.objects.filter(project=project, pk=run_id).first()
+    if run is None:
+        raise Http404(f"no run {run_id} in this project")
+    return run
+
+
+@router.post(
+    "/runs",
+    response={202: RunCreatedOut, 409: ErrorOut, **ERRORS},
+    summary="Retrain",
+    **requires(KeyScope.ADMIN),
+)
+def post_run(request: HttpRequest, payload: RunIn | None = None):
+    try:
+        run = start_retrain(project=request.auth, mode=(payload or RunIn()).mode)
+    except RetrainError as error:
+        status = 409 if "in progress" in str(error) else 422
+        raise HttpError(status, str(error)) from None
+    return Status(202, {"id": run.pk})
+
+
+@router.get(
+    "/runs/{run_id}",
+    response={200: RunOut, **ERRORS},
+    summary="A run's state",
+    **requires(KeyScope.ADMIN),
+)
+def get_run(request: HttpRequest, run_id: int):
+    run = _get_run_for_project(request.auth, run_id)
+    adapter = Adapter.objects.filter(run=run).first()
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "mode": run.mode,
+        "progress": run.progress,
+        "adapter": adapter.name if adapter else None,
+        "eval": {key: value for key, value in run.metrics.items() if key != "items"},
+        "error": run.error,
+        "targets": run.targets.count(),
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "worker_lost": is_presumed_dead(run),
+    }
+
+
+@router.get(
+    "/adapters",
+    response={200: AdapterListOut, **ERRORS},
+    summary="Adapter versions",
+    **requires(KeyScope.ADMIN),
+)
+def list_adapters(request: HttpRequest):
+    route = ModelRoute.objects.filter(project=request.auth).first()
+    adapters = Adapter.objects.filter(project=request.auth).order_by("-version")
+    return {
+        "adapters": [
+            {
+                "name": adapter.name,
+                "version": adapter.version,
+                "base_model": adapter.base_model,
+                "checksum": adapter.checksum,
+                "created_at": adapter.created_at,
+                "run_id": adapter.run_id,
+                "deployment": deployment_of(adapter, route),
+            }
+            for adapter in adapters
+        ]
+    }

@@ -1,0 +1,224 @@
+"""Targets to approve, the Retrain button, and a run's live page."""
+
+from collections import Counter
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from reviewapp.charts import line_chart
+from reviewapp.forms import AutoApproveForm
+from reviewapp.learning.approvals import (
+    AUTO_APPROVE_POLICIES,
+    choose_target,
+    feedback_targets,
+    feedback_targets_for,
+    set_auto_approve,
+)
+from reviewapp.learning.dataset import build_training_set
+from reviewapp.learning.models import Adapter, DistillationTarget, TargetState, TrainingRun
+from reviewapp.learning.runs import RetrainError, is_presumed_dead, request_cancel, start_retrain
+from reviewapp.learning.selectors import approved_targets, tags_by_trace
+from reviewapp.projects.access import (
+    get_admin_membership_for_user,
+    get_membership_for_user,
+    get_reviewer_membership_for_user,
+)
+from reviewapp.review.feedback_health import unusable_feedback
+from reviewapp.review.models import Feedback
+
+
+def _base_context(request: HttpRequest, membership) -> dict:
+    return {
+        "membership": membership,
+        "project": membership.project,
+    }
+
+
+def _get_feedback_for_membership(membership, feedback_id: int) -> Feedback:
+    feedback = (
+        Feedback.objects.select_related("trace")
+        .defer("trace__body", "trace__metadata")
+        .filter(pk=feedback_id, trace__project=membership.project)
+        .first()
+    )
+    if feedback is None:
+        raise Http404("no such feedback")
+    return feedback
+
+
+def _get_run_for_membership(membership, run_id: int) -> TrainingRun:
+    run = TrainingRun.objects.filter(pk=run_id, project=membership.project).first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+@login_required
+def target_list(request: HttpRequest, slug: str) -> HttpResponse:
+    """Proposals grouped per feedback, each a diff against the original answer."""
+    membership = get_membership_for_user(request.user, slug)
+    state = request.GET.get("state") or TargetState.PROPOSED
+    if state not in TargetState.values:
+        return HttpResponseBadRequest(
+            f"state: {state!r} is not one of {', '.join(TargetState.values)}"
+        )
+    context = {
+        **_base_context(request, membership),
+        "groups": feedback_targets(project=membership.project, state=state),
+        "state": state,
+        **_policy_context(membership.project),
+    }
+    return render(request, "training/targets.html", context)
+
+
+def _policy_context(project, form: AutoApproveForm | None = None, approved_now: int = 0) -> dict:
+    policy = project.settings.get("auto_approve") or "manual"
+    return {
+        "policy_form": form or AutoApproveForm(initial={"policy": policy}),
+        "policy_description": AUTO_APPROVE_POLICIES.get(policy, policy),
+        "approved_now": approved_now,
+    }
+
+
+@require_POST
+@login_required
+def target_policy(request: HttpRequest, slug: str) -> HttpResponse:
+    """Admins choose whether targets that pass their checks skip the reviewer."""
+    membership = get_admin_membership_for_user(request.user, slug)
+    project = membership.project
+    form = AutoApproveForm(request.POST)
+    approved_now, status = 0, 422
+    if form.is_valid():
+        approved_now = set_auto_approve(
+            project=project,
+            policy=form.cleaned_data["policy"],
+            apply_to_proposed=form.cleaned_data["apply_to_proposed"],
+        )
+        form, status = None, 200
+    if not request.htmx and status == 200:
+        return redirect("target_list", slug=slug)
+    context = {**_base_context(request, membership), **_policy_context(project, form, approved_now)}
+    return render(request, "training/targets.html#target-policy", context, status=status)
+
+
+@require_POST
+@login_required
+def target_choice(request: HttpRequest, slug: str, feedback_id: int) -> HttpResponse:
+    """One choice per feedback: use one proposal (as it is or edited), or reject them all."""
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    feedback = _get_feedback_for_membership(membership, feedback_id)
+    target_id = request.POST.get("target", "")
+    error, status = "", 200
+    try:
+        choose_target(
+            feedback=feedback,
+            decision=request.POST.get("decision", ""),
+            reviewer=request.user,
+            target_id=int(target_id) if target_id.isdigit() else None,
+            edited_text=request.POST.get("text"),
+        )
+    except ValueError as problem:
+        error, status = str(problem), 422
+    if not request.htmx and not error:
+        return redirect("target_list", slug=slug)
+    context = {
+        **_base_context(request, membership),
+        "group": feedback_targets_for(feedback=feedback),
+        "error": error,
+    }
+    return render(request, "training/targets.html#feedback-targets", context, status=status)
+
+
+@login_required
+def retrain(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    project = membership.project
+    error = ""
+    if request.method == "POST":
+        membership = get_admin_membership_for_user(request.user, slug)
+        try:
+            run = start_retrain(
+                project=project,
+                mode=request.POST.get("mode", "sft"),
+                created_by=request.user,
+            )
+            return redirect("run_detail", slug=slug, run_id=run.pk)
+        except RetrainError as problem:
+            error = str(problem)
+    approved = list(
+        approved_targets(project)
+        .select_related("feedback__trace", "feedback__reviewer", "feedback__api_key")
+        .defer("feedback__trace__body", "feedback__trace__metadata")
+    )
+    tags = tags_by_trace({target.feedback.trace_id for target in approved})
+    tag_counts = Counter(
+        tag_name for target in approved for tag_name in tags.get(target.feedback.trace_id, ())
+    )
+    excluded = (
+        DistillationTarget.objects.filter(feedback__trace__project=project)
+        .exclude(state__in=(TargetState.APPROVED, TargetState.EDITED))
+        .values("state")
+        .annotate(count=Count("id"))
+    )
+    context = {
+        **_base_context(request, membership),
+        "approved": approved,
+        "by_sender": sorted(Counter(target.feedback.sender for target in approved).items()),
+        "by_tag": sorted(tag_counts.items()),
+        "excluded": [(row["state"], row["count"]) for row in excluded],
+        "failing_checks": sum(not target.passes_checks for target in approved),
+        "open_feedback": Feedback.objects.filter(
+            trace__project=project, targets__isnull=True
+        ).count(),
+        "runs": TrainingRun.objects.filter(project=project).order_by("-created_at")[:10],
+        "unusable_feedback": unusable_feedback(project=project),
+        "policy": project.settings.get("training") or {},
+        "error": error,
+        **_training_data_context(project),
+    }
+    return render(request, "training/retrain.html", context, status=422 if error else 200)
+
+
+def _training_data_context(project) -> dict:
+    """The data policy and what it leaves out, from the training-data accounting."""
+    try:
+        training_set = build_training_set(project=project)
+    except ValueError as problem:
+        return {"data_policy_error": str(problem)}
+    return {"data_policy": training_set.policy, "training_set": training_set}
+
+
+@login_required
+def run_detail(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    run = _get_run_for_membership(membership, run_id)
+    context = {
+        **_base_context(request, membership),
+        "run": run,
+        "presumed_dead": is_presumed_dead(run),
+        "adapter": Adapter.objects.filter(run=run).first(),
+        "loss_chart": line_chart(run.loss_curve, label="training loss"),
+        "percent": _percent(run),
+    }
+    if request.htmx:
+        return render(request, "training/run.html#run-status", context)
+    return render(request, "training/run.html", context)
+
+
+def _percent(run: TrainingRun) -> int:
+    if run.status in ("trained", "deployed"):
+        return 100
+    total = run.progress.get("total_steps") or 0
+    return int(100 * (run.progress.get("step") or 0) / total) if total else 0
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    membership = get_admin_membership_for_user(request.user, slug)
+    run = _get_run_for_membership(membership, run_id)
+    request_cancel(run=run)
+    return redirect("run_detail", slug=slug, run_id=run.pk)

@@ -1,0 +1,217 @@
+"""Pothole alerts: the environment teaching a model version something nobody asked for.
+
+Computed on read from the monitors, comparing each version with the one before it (versions in
+the order they first answered). Each alert says what moved, by how much, and links the traces
+that show it. A version needs `MIN_TRACES` traces before it is compared at all.
+"""
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from django.urls import reverse
+
+from reviewapp.learning.dataset import DataPolicy, data_policy_for
+from reviewapp.monitors.monitors import GroupStats, Monitor, compute_monitor, evidence_url
+from reviewapp.projects.models import Project
+from reviewapp.traces.models import Termination
+
+MIN_TRACES = 20
+HIGH_TOOL_ERROR_RATE = 0.05  # tool calls failing at least this often count as "high"
+SHRINK = 0.2  # answers or tool use falling by a fifth or more
+RISE_POINTS = 0.05  # a timeout or excluded share rising by 5 points or more...
+RISE_FACTOR = 1.5  # ...and by half again at least
+TOOL_JUMP_POINTS = 0.10  # one tool's failure rate rising by 10 points or more
+MIN_TOOL_CALLS = 5  # per tool and version, before its failure rate is compared
+
+
+@dataclass(frozen=True)
+class Evidence:
+    label: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Alert:
+    # shrinking_under_tool_errors | timeouts_rising | exclusions_rising | tool_failure_jump
+    kind: str
+    severity: str  # warning | critical
+    version: str
+    previous_version: str
+    message: str
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "version": self.version,
+            "previous_version": self.previous_version,
+            "message": self.message,
+            "evidence": [{"label": item.label, "url": item.url} for item in self.evidence],
+        }
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _fell(before: float | None, after: float | None) -> float | None:
+    """The relative fall from before to after (0.25 = a quarter less), None if unknown."""
+    if before is None or after is None or before <= 0:
+        return None
+    return (before - after) / before
+
+
+def _rose(before: float | None, after: float | None) -> bool:
+    if before is None or after is None:
+        return False
+    return after - before >= RISE_POINTS and after >= RISE_FACTOR * before
+
+
+class _Checker:
+    def __init__(self, project: Project, filters: dict, policy: DataPolicy) -> None:
+        self.project = project
+        self.filters = filters
+        self.policy = policy
+
+    def url(self, group: GroupStats, **extra) -> str:
+        return evidence_url(self.project, self.filters, **group.version.trace_filters(), **extra)
+
+    def examples(self, trace_ids: list[int]) -> list[Evidence]:
+        slug = self.project.slug
+        return [
+            Evidence(f"trace {trace_id}", reverse("trace_detail", args=[slug, trace_id]))
+            for trace_id in trace_ids
+        ]
+
+    def shrinking_under_tool_errors(self, old: GroupStats, new: GroupStats) -> Alert | None:
+        error_rate = new.tool_error_rate
+        if error_rate is None or error_rate < HIGH_TOOL_ERROR_RATE:
+            return None
+        words_fell = _fell(old.words_per_answer, new.words_per_answer)
+        tools_fell = _fell(old.tool_calls_per_trace, new.tool_calls_per_trace)
+        changes = []
+        if words_fell is not None and words_fell >= SHRINK:
+            changes.append(
+                f"answers {100 * words_fell:.0f}% shorter ({old.words_per_answer:.1f} → "
+                f"{new.words_per_answer:.1f} words)"
+            )
+        if tools_fell is not None and tools_fell >= SHRINK:
+            changes.append(
+                f"{100 * tools_fell:.0f}% fewer tool calls per trace "
+                f"({old.tool_calls_per_trace:.2f} → {new.tool_calls_per_trace:.2f})"
+            )
+        if not changes:
+            return None
+        worst = max(value for value in (words_fell, tools_fell) if value is not None)
+        return Alert(
+            kind="shrinking_under_tool_errors",
+            severity="critical" if worst >= 2 * SHRINK or error_rate >= 0.2 else "warning",
+            version=new.version.label,
+            previous_version=old.version.label,
+            message=(
+                f"{new.version.label}: {' and '.join(changes)} while "
+                f"{_percent(error_rate)} of tool calls fail (was "
+                f"{_percent(old.tool_error_rate)} in {old.version.label}; "
+                f"{new.tool_results} tool results in {new.traces} traces)"
+            ),
+            evidence=[
+                Evidence(f"{new.version.label}: all traces", self.url(new)),
+                Evidence(
+                    f"{new.version.label}: ended in a tool error",
+                    self.url(new, termination=Termination.TOOL_ERROR),
+                ),
+                Evidence(f"{old.version.label}: all traces", self.url(old)),
+                *self.examples(new.error_examples),
+            ],
+        )
+
+    def share_rising(
+        self, old: GroupStats, new: GroupStats, *, kind: str, terminations: tuple[str, ...]
+    ) -> Alert | None:
+        before, after = old.rate_of(terminations), new.rate_of(terminations)
+        if not _rose(before, after):
+            return None
+        what = "timed out" if kind == "timeouts_rising" else "excluded from training by policy"
+        links = [
+            Evidence(
+                f"{group.version.label}: {' or '.join(terminations)}",
+                self.url(group, termination=list(terminations)),
+            )
+            for group in (new, old)
+        ]
+        return Alert(
+            kind=kind,
+            severity="critical" if after - before >= 2 * RISE_POINTS else "warning",
+            version=new.version.label,
+            previous_version=old.version.label,
+            message=(
+                f"{new.version.label}: {_percent(after)} of traces {what} "
+                f"({sum(new.terminations.get(t, 0) for t in terminations)} of {new.traces}), "
+                f"up from {_percent(before)} in {old.version.label}"
+            ),
+            evidence=links,
+        )
+
+    def tool_failure_jumps(self, old: GroupStats, new: GroupStats) -> list[Alert]:
+        alerts = []
+        for name, tool in sorted(new.tools.items()):
+            before_tool = old.tools.get(name)
+            if before_tool is None or min(tool.calls, before_tool.calls) < MIN_TOOL_CALLS:
+                continue
+            before, after = before_tool.error_rate, tool.error_rate
+            if after - before < TOOL_JUMP_POINTS:
+                continue
+            alerts.append(
+                Alert(
+                    kind="tool_failure_jump",
+                    severity="critical" if after - before >= 2.5 * TOOL_JUMP_POINTS else "warning",
+                    version=new.version.label,
+                    previous_version=old.version.label,
+                    message=(
+                        f"tool {name!r} fails {_percent(after)} of the time in "
+                        f"{new.version.label} ({tool.errors} of {tool.calls} calls), "
+                        f"up from {_percent(before)} in {old.version.label} "
+                        f"({before_tool.errors} of {before_tool.calls})"
+                    ),
+                    evidence=[
+                        Evidence(f"{new.version.label}: all traces", self.url(new)),
+                        *self.examples(tool.error_examples),
+                    ],
+                )
+            )
+        return alerts
+
+
+def alerts_from_monitor(
+    *, project: Project, monitor: Monitor, policy: DataPolicy, filters: dict | None = None
+) -> list[Alert]:
+    """Every alert between consecutive versions with enough traces, newest version first."""
+    checker = _Checker(project, filters or {}, policy)
+    compared = [group for group in monitor.versions if group.traces >= MIN_TRACES]
+    alerts: list[Alert] = []
+    for old, new in pairwise(compared):
+        found = [
+            checker.shrinking_under_tool_errors(old, new),
+            checker.share_rising(
+                old, new, kind="timeouts_rising", terminations=(Termination.TIMEOUT,)
+            ),
+        ]
+        excluded = policy.excluded_terminations()
+        if excluded:
+            found.append(
+                checker.share_rising(old, new, kind="exclusions_rising", terminations=excluded)
+            )
+        alerts += [alert for alert in found if alert is not None]
+        alerts += checker.tool_failure_jumps(old, new)
+    return list(reversed(alerts))
+
+
+def project_alerts(*, project: Project) -> list[Alert]:
+    """The project's alerts over all its traces."""
+    try:
+        policy = data_policy_for(project)
+    except ValueError:
+        policy = DataPolicy()
+    monitor = compute_monitor(project=project, bucket="day")
+    return alerts_from_monitor(project=project, monitor=monitor, policy=policy)

@@ -1,0 +1,193 @@
+"""The monitors' data: triage rules and matches, trace embeddings, rollups."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from pgvector.django import VectorField
+
+from reviewapp.projects.models import Project
+from reviewapp.review.models import Queue, Tag
+from reviewapp.traces.models import Termination, Trace, TraceOutcome
+
+
+class TriageRule(models.Model):
+    """Routes the traces matching every set condition to a queue, a deterministic sample of them."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="triage_rules")
+    name = models.CharField(max_length=200)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="triage_rules")
+    # Conditions; a blank one does not restrict. A rule needs at least one.
+    termination = models.CharField(max_length=32, choices=Termination.choices, blank=True)
+    min_tool_calls = models.PositiveIntegerField(null=True, blank=True)  # more than this many
+    failed_tool = models.CharField(max_length=200, blank=True)  # "*": any tool's call failed
+    tag = models.ForeignKey(
+        Tag, null=True, blank=True, on_delete=models.CASCADE, related_name="triage_rules"
+    )
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    outcome = models.CharField(max_length=16, choices=TraceOutcome.choices, blank=True)
+    text = models.CharField(max_length=200, blank=True)  # case-insensitive, in any message
+    # The share of matching traces routed, decided by a hash of (rule, trace): re-runs agree.
+    sample_rate = models.FloatField(default=1.0)
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TriageMatch(models.Model):
+    """A trace a rule matched (once per rule), and whether the sample routed it to the queue."""
+
+    rule = models.ForeignKey(TriageRule, on_delete=models.CASCADE, related_name="matches")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="triage_matches")
+    routed = models.BooleanField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "trace"], name="triagematch_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} matched {self.trace_id}"
+
+
+class TraceEmbedding(models.Model):
+    """A trace's compact text (reviewapp.monitors.embeddings) as an L2-normalised float32 vector."""
+
+    # The project is repeated here so a project's vectors are read without a join.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="embeddings")
+    model_name = models.CharField(max_length=200)
+    vector = models.BinaryField()  # numpy float32 bytes
+    # sha256 of the text embedded: a trace whose text has not changed is not embedded again.
+    content_hash = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "model_name"], name="embedding_once"),
+        ]
+        # serves: a project's vectors, newest first, for similarity and clustering
+        indexes = [
+            models.Index(fields=["project", "model_name", "-trace"], name="embedding_project"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} vector of {self.trace_id}"
+
+
+class TraceVector(models.Model):
+    """A TraceEmbedding row seen through its pgvector column, for nearest-neighbour queries.
+
+    Migration 0016 adds the column, with an HNSW index (cosine), only where the database can
+    create the `vector` extension; elsewhere (SQLite, a PostgreSQL without pgvector) the column
+    is absent and this model is never queried: see reviewapp/monitors/similarity.vector_search_available.
+    Rows are written as TraceEmbedding; this model only fills in and reads `embedding`.
+    """
+
+    trace_id = models.BigIntegerField()
+    project_id = models.BigIntegerField()
+    model_name = models.CharField(max_length=200)
+    embedding = VectorField(dimensions=384, null=True)  # the same vector as TraceEmbedding's
+
+    class Meta:
+        managed = False
+        db_table = "reviewapp_traceembedding"
+
+    def __str__(self) -> str:
+        return f"{self.model_name} vector of {self.trace_id}"
+
+
+class TraceRollup(models.Model):
+    """The monitors' counts and sums over a project's traces, per (model, adapter version, hour
+    received, termination), kept up to date as traces are written (reviewapp/monitors/rollups.py)
+    so a monitor reads these rows instead of every trace."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    bucket = models.DateTimeField()  # the hour (UTC) the traces were received in
+    termination = models.CharField(max_length=32)
+    traces = models.IntegerField(default=0)
+    first_seen = models.DateTimeField(null=True)  # the earliest received_at among them
+    succeeded = models.IntegerField(default=0)  # success True
+    unsuccessful = models.IntegerField(default=0)  # success False
+    tool_calls = models.BigIntegerField(default=0)
+    tokens_total = models.BigIntegerField(default=0)  # completion tokens, where reported
+    tokens_reported = models.IntegerField(default=0)
+    reward_total = models.FloatField(default=0.0)
+    rewarded = models.IntegerField(default=0)
+    tool_results = models.BigIntegerField(default=0)
+    tool_errors = models.BigIntegerField(default=0)
+    answers = models.BigIntegerField(default=0)
+    answer_words = models.BigIntegerField(default=0)
+    truncated_replies = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # serves: the monitors, which read a project's rows (and the writers' upserts)
+            models.UniqueConstraint(
+                fields=["project", "model", "adapter_version", "bucket", "termination"],
+                name="trace_rollup_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.traces} traces of {self.adapter_version or self.model} at {self.bucket}"
+
+
+class ToolRollup(models.Model):
+    """Tool results and errors per tool, in the same groups as `TraceRollup`."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    bucket = models.DateTimeField()
+    termination = models.CharField(max_length=32)
+    tool = models.TextField()
+    results = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # serves: the monitors' per-tool figures (and the writers' upserts)
+            models.UniqueConstraint(
+                fields=["project", "model", "adapter_version", "bucket", "termination", "tool"],
+                name="tool_rollup_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.errors}/{self.results} failed at {self.bucket}"
+
+
+class RolledUpTrace(models.Model):
+    """What the rollups count for one trace: a writer that changes a trace has its old share
+    taken out and the new one put in. No foreign key, so a deleted trace's share can still be
+    taken out."""
+
+    trace_id = models.BigIntegerField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    termination = models.CharField(max_length=32)
+    received_at = models.DateTimeField()
+    success = models.BooleanField(null=True)
+    reward = models.FloatField(null=True)
+    completion_tokens = models.IntegerField(null=True)
+    tool_call_count = models.IntegerField(default=0)
+    tool_results = models.JSONField(default=dict)
+    tool_errors = models.JSONField(default=dict)
+    tool_result_count = models.IntegerField(default=0)
+    tool_error_count = models.IntegerField(default=0)
+    answer_count = models.IntegerField(default=0)
+    answer_words = models.IntegerField(default=0)
+    truncated_replies = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"rolled-up trace {self.trace_id}"

@@ -1,0 +1,160 @@
+"""A project's settings, one typed schema: training, gate, data policy, auto-approve, deploy,
+teacher. Stored as JSON on `Project.settings`; read and written only through this module, so a
+bad value is refused where it is written, with a message that names the field.
+"""
+
+import json
+from typing import Literal
+
+from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from reviewapp.projects.models import Project
+from reviewapp.projects.outbound import (
+    OutboundRefused,
+    base_url,
+    check_teacher_key,
+    check_teacher_url,
+    check_upstream,
+    teacher_key,
+)
+from training.config import TrainingConfig, describe_validation_error
+from training.gate import GateThresholds
+
+
+class SettingsError(ValueError):
+    """A setting that is not valid; the message names the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+POLICY_CHOICES = ("keep", "exclude")
+PolicyChoice = Literal["keep", "exclude"]
+
+
+class DataPolicy(_Section):
+    """What happens to the training data of troubled traces."""
+
+    timeout: PolicyChoice = "keep"  # traces whose termination is timeout
+    tool_error: PolicyChoice = "keep"  # traces that ended in a tool error
+    failing_checks: PolicyChoice = "exclude"  # approved targets that fail their checks
+
+    def excluded_terminations(self) -> tuple[str, ...]:
+        return tuple(
+            termination
+            for termination, choice in (("timeout", self.timeout), ("tool_error", self.tool_error))
+            if choice == "exclude"
+        )
+
+
+class Teacher(_Section):
+    """Who writes revision targets: the project's own model (default) or another server.
+
+    Both are the operator's to offer (reviewapp/projects/outbound.py): `url` one of the deployment's
+    model servers or TEACHER_SERVERS, `key_name` one of the keys it declares in TEACHER_API_KEYS.
+    The secret itself is never stored here.
+    """
+
+    url: str = ""  # an OpenAI-compatible base URL ending in /v1; blank: the project's upstream
+    model: str = Field("", max_length=200)  # the model name there; blank: the project's model
+    key_name: str = Field("", max_length=100)  # blank: no key is sent
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_a_base_url(cls, value: str) -> str:
+        return base_url(value) if value.strip() else ""
+
+    def api_key(self) -> str | None:
+        return teacher_key(self.key_name)
+
+
+class ProjectSettings(_Section):
+    # Overrides of TrainingConfig's defaults for this project's runs (mode comes from the run).
+    training: dict = Field(default_factory=dict)
+    gate: dict = Field(default_factory=dict)  # GateThresholds overrides
+    data_policy: DataPolicy = DataPolicy()
+    # "checks_pass": a teacher proposal that passes its feedback's checks is approved as made.
+    auto_approve: Literal["manual", "checks_pass"] = "manual"
+    auto_deploy: bool = True  # a run that passes the gate serves traffic without a click
+    canary_share: int = Field(100, ge=1, le=100)  # percent of traffic a new adapter gets
+    teacher: Teacher = Teacher()
+    # The model servers (OpenAI-compatible base URLs ending in /v1) the gateway balances across
+    # and a deploy loads adapters on; empty: the project's single upstream_url (or VLLM_URL).
+    upstreams: list[str] = Field(default_factory=list, max_length=32)
+    # How many of them must load an adapter (and answer with it) before a deploy routes to it;
+    # 0: the DEPLOY_QUORUM setting, whose default 0 means all of them.
+    deploy_quorum: int = Field(0, ge=0, le=32)
+
+    @field_validator("upstreams")
+    @classmethod
+    def _upstreams_are_urls(cls, value: list[str]) -> list[str]:
+        urls = [base_url(url) for url in value]
+        if len(set(urls)) != len(urls):
+            raise ValueError("an upstream is listed twice")
+        return urls
+
+    @field_validator("training")
+    @classmethod
+    def _training_is_a_config(cls, value: dict) -> dict:
+        if "mode" in value:
+            raise ValueError("mode is chosen per run, not in the project's settings")
+        TrainingConfig.from_json(json.dumps(value))
+        return value
+
+    @field_validator("gate")
+    @classmethod
+    def _gate_is_thresholds(cls, value: dict) -> dict:
+        GateThresholds.from_settings(value)
+        return value
+
+    def training_config(self, *, mode: str) -> TrainingConfig:
+        return TrainingConfig.from_json(json.dumps({**self.training, "mode": mode}))
+
+    def gate_thresholds(self) -> GateThresholds:
+        return GateThresholds.from_settings(self.gate)
+
+
+def parse_settings(values: dict) -> ProjectSettings:
+    """Validate stored or submitted settings; SettingsError names the first bad field."""
+    try:
+        return ProjectSettings.model_validate(values or {})
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None
+
+
+def settings_for(project: Project) -> ProjectSettings:
+    return parse_settings(project.settings)
+
+
+def _check_reach(project: Project, changed: ProjectSettings, sections: set[str]) -> None:
+    """The addresses and keys among the changed sections must be ones the operator offers.
+    Checked only where they change: a list the operator shrank since does not block other
+    sections (what is stored and no longer allowed is skipped where it is used)."""
+    try:
+        if "upstreams" in sections:
+            for index, url in enumerate(changed.upstreams):
+                field = f"upstreams.{index}"
+                check_upstream(project, url)
+        if "teacher" in sections:
+            field = "teacher.url"
+            if changed.teacher.url:
+                check_teacher_url(project, changed.teacher.url)
+            field = "teacher.key_name"
+            if changed.teacher.key_name:
+                check_teacher_key(changed.teacher.key_name)
+    except OutboundRefused as error:
+        raise SettingsError(f"{field}: {error}") from None
+
+
+@transaction.atomic
+def update_settings(*, project: Project, changes: dict) -> ProjectSettings:
+    """Merge `changes` (whole sections) into the project's settings, all valid or none stored."""
+    locked = Project.objects.select_for_update().get(pk=project.pk)
+    merged = parse_settings({**(locked.settings or {}), **changes})
+    _check_reach(locked, merged, set(changes))
+    locked.settings = merged.model_dump(mode="json")
+    locked.save(update_fields=["settings"])
+    project.settings = locked.settings
+    return merged

@@ -1,0 +1,55 @@
+"""Projects and their API keys."""
+
+from collections.abc import Iterable
+from functools import partial
+
+from django.db import transaction
+from django.utils import timezone
+
+from reviewapp.gateway.routing import forget_cached_key
+from reviewapp.projects.models import ApiKey, KeyScope, Project
+
+
+@transaction.atomic
+def create_project(
+    *, slug: str, name: str = "", upstream_url: str = "", served_model: str = ""
+) -> Project:
+    project = Project(slug=slug, name=name or slug, upstream_url=upstream_url)
+    if served_model:
+        project.served_model = served_model
+    project.full_clean()
+    project.save()
+    return project
+
+
+def create_api_key(
+    *, project: Project, name: str = "", scopes: Iterable[str] = (KeyScope.INGEST,)
+) -> tuple[ApiKey, str]:
+    """Store a new key's hash; the secret is returned once and never again.
+
+    The default scope, ingest, is what a harness needs; review and admin keys can change the model.
+    """
+    scopes = sorted({str(scope) for scope in scopes})
+    unknown = set(scopes) - set(KeyScope.values)
+    if unknown or not scopes:
+        raise ValueError(
+            f"scopes: {', '.join(sorted(unknown)) or 'none given'}; choose from "
+            f"{', '.join(KeyScope.values)}"
+        )
+    secret = ApiKey.new_secret()
+    key = ApiKey.objects.create(
+        project=project,
+        name=name,
+        prefix=secret[: ApiKey.PREFIX_LENGTH],
+        secret_hash=ApiKey.hash_secret(secret),
+        scopes=scopes,
+    )
+    return key, secret
+
+
+@transaction.atomic
+def revoke_api_key(*, key: ApiKey) -> None:
+    """Revoke a key: this process's gateway refuses it on its next call, others within seconds."""
+    ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    # After the commit: a gateway call in between would cache the key as still valid.
+    transaction.on_commit(partial(forget_cached_key, key.secret_hash))

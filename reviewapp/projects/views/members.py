@@ -1,0 +1,75 @@
+"""The members page: project admins add people, set their roles and remove them."""
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from reviewapp.forms import AddMemberForm, MemberRoleForm
+from reviewapp.projects.access import get_admin_membership_for_user
+from reviewapp.projects.members import MemberError, add_member, change_role, remove_member
+from reviewapp.projects.models import Membership
+
+
+def _get_member_for_admin(admin: Membership, member_id: int) -> Membership:
+    member = Membership.objects.filter(project=admin.project, pk=member_id).first()
+    if member is None:
+        raise Http404("no such member")
+    return member
+
+
+def _render(request, admin: Membership, *, form=None, error: str = "", status: int = 200):
+    context = {
+        "membership": admin,
+        "project": admin.project,
+        "members": Membership.objects.filter(project=admin.project)
+        .select_related("user")
+        .order_by("user__username"),
+        "form": form or AddMemberForm(),
+        "role_form": MemberRoleForm(),
+        "error": error,
+    }
+    return render(request, "projects/members.html", context, status=status)
+
+
+@login_required
+def members(request: HttpRequest, slug: str) -> HttpResponse:
+    admin = get_admin_membership_for_user(request.user, slug)
+    if request.method != "POST":
+        return _render(request, admin)
+    form = AddMemberForm(request.POST)
+    if form.is_valid():
+        try:
+            add_member(project=admin.project, **form.cleaned_data)
+        except MemberError as error:
+            form.add_error("username", str(error))
+        else:
+            return redirect("members", slug=slug)  # a reload adds no one twice
+    return _render(request, admin, form=form, status=422)
+
+
+@require_POST
+@login_required
+def member_role(request: HttpRequest, slug: str, member_id: int) -> HttpResponse:
+    admin = get_admin_membership_for_user(request.user, slug)
+    member = _get_member_for_admin(admin, member_id)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        return _render(request, admin, error="choose admin, reviewer or viewer", status=422)
+    try:
+        change_role(membership=member, role=form.cleaned_data["role"])
+    except MemberError as error:
+        return _render(request, admin, error=str(error), status=422)
+    return redirect("members", slug=slug)
+
+
+@require_POST
+@login_required
+def member_remove(request: HttpRequest, slug: str, member_id: int) -> HttpResponse:
+    admin = get_admin_membership_for_user(request.user, slug)
+    member = _get_member_for_admin(admin, member_id)
+    try:
+        remove_member(membership=member)
+    except MemberError as error:
+        return _render(request, admin, error=str(error), status=422)
+    return redirect("members", slug=slug)

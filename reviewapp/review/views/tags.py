@@ -1,0 +1,125 @@
+"""Project settings pages: the tag taxonomy (the API keys page is views/api_keys.py)."""
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from reviewapp.projects.access import (
+    get_admin_membership_for_user,
+    get_membership_for_user,
+)
+from reviewapp.review.models import Tag
+from reviewapp.review.tags import TagError, create_tag, delete_tag, merge_tag, rename_tag
+
+
+class TagForm(forms.Form):
+    name = forms.SlugField(max_length=100, allow_unicode=True)
+    parent = forms.ModelChoiceField(queryset=Tag.objects.none(), required=False)
+    description = forms.CharField(max_length=500, required=False)
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        self.fields["parent"].queryset = Tag.objects.filter(project=project).order_by("name")
+
+    def clean_name(self):
+        name = self.cleaned_data["name"]
+        if Tag.objects.filter(project=self.project, name=name).exists():
+            raise forms.ValidationError(f"there is already a tag {name!r}")
+        return name
+
+
+class RenameTagForm(forms.Form):
+    name = forms.SlugField(max_length=100, allow_unicode=True, label="Rename to")
+
+
+class MergeTagForm(forms.Form):
+    into = forms.ModelChoiceField(queryset=Tag.objects.none(), label="Merge into")
+
+    def __init__(self, *args, tag: Tag, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["into"].queryset = Tag.objects.filter(project_id=tag.project_id).exclude(
+            pk=tag.pk
+        )
+
+
+def _get_tag_for_admin(request: HttpRequest, slug: str, tag_id: int):
+    membership = get_admin_membership_for_user(request.user, slug)
+    return membership, get_object_or_404(Tag, project=membership.project, pk=tag_id)
+
+
+def _render_taxonomy(request, membership, *, form=None, error="", status=200) -> HttpResponse:
+    project = membership.project
+    tags = list(Tag.objects.filter(project=project).select_related("parent").order_by("name"))
+    context = {
+        "membership": membership,
+        "project": project,
+        "form": form or TagForm(project=project),
+        "tags": tags,
+        "tag_error": error,
+    }
+    if request.htmx:
+        return render(request, "projects/tags.html#taxonomy", context, status=status)
+    return render(request, "projects/tags.html", context, status=status)
+
+
+@login_required
+def tag_list(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    project = membership.project
+    if request.method != "POST":
+        return _render_taxonomy(request, membership)
+    membership = get_admin_membership_for_user(request.user, slug)
+    form = TagForm(request.POST, project=project)
+    if not form.is_valid():
+        return _render_taxonomy(request, membership, form=form, status=422)
+    create_tag(project=project, **form.cleaned_data)
+    if not request.htmx:
+        return redirect("tag_list", slug=slug)
+    return _render_taxonomy(request, membership)
+
+
+def _taxonomy_after(request, slug, membership, change) -> HttpResponse:
+    """Apply a rename, merge or delete; a refused one re-renders the taxonomy with its reason."""
+    try:
+        change()
+    except TagError as error:
+        return _render_taxonomy(request, membership, error=str(error), status=422)
+    if not request.htmx:
+        return redirect("tag_list", slug=slug)
+    return _render_taxonomy(request, membership)
+
+
+@require_POST
+@login_required
+def tag_rename(request: HttpRequest, slug: str, tag_id: int) -> HttpResponse:
+    membership, tag = _get_tag_for_admin(request, slug, tag_id)
+    form = RenameTagForm(request.POST)
+    if not form.is_valid():
+        error = f"{tag.name}: {form.errors['name'][0]}"
+        return _render_taxonomy(request, membership, error=error, status=422)
+    return _taxonomy_after(
+        request, slug, membership, lambda: rename_tag(tag=tag, name=form.cleaned_data["name"])
+    )
+
+
+@require_POST
+@login_required
+def tag_merge(request: HttpRequest, slug: str, tag_id: int) -> HttpResponse:
+    membership, tag = _get_tag_for_admin(request, slug, tag_id)
+    form = MergeTagForm(request.POST, tag=tag)
+    if not form.is_valid():
+        error = f"{tag.name}: {form.errors['into'][0]}"
+        return _render_taxonomy(request, membership, error=error, status=422)
+    return _taxonomy_after(
+        request, slug, membership, lambda: merge_tag(source=tag, into=form.cleaned_data["into"])
+    )
+
+
+@require_POST
+@login_required
+def tag_delete(request: HttpRequest, slug: str, tag_id: int) -> HttpResponse:
+    membership, tag = _get_tag_for_admin(request, slug, tag_id)
+    return _taxonomy_after(request, slug, membership, lambda: delete_tag(tag=tag))

@@ -1,0 +1,156 @@
+"""Stored traces: their messages (compressed, in segments), how they ended, where they came from."""
+
+import zlib
+
+import orjson
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from reviewapp.projects.models import Project
+
+
+class Termination(models.TextChoices):
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"  # a reply was cut at max_tokens (finish_reason "length")
+    TIMEOUT = "timeout"
+    TOOL_ERROR = "tool_error"
+    MAX_STEPS = "max_steps"
+    ERROR = "error"
+    CLIENT_DISCONNECTED = "client_disconnected"
+    UNKNOWN = "unknown"
+
+
+class TraceSource(models.TextChoices):
+    API = "api"
+    OTEL = "otel"
+    GATEWAY = "gateway"
+    IMPORT = "import"
+
+
+class Trace(models.Model):
+    """One agent episode. Bodies are stored compressed; lists read only the summary columns."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="traces")
+    external_id = models.CharField(max_length=256)
+    source = models.CharField(max_length=16, choices=TraceSource.choices)
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    termination = models.CharField(
+        max_length=32, choices=Termination.choices, default=Termination.UNKNOWN
+    )
+    reward = models.FloatField(null=True, blank=True)
+    success = models.BooleanField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField(default=timezone.now)
+    prompt_tokens = models.IntegerField(null=True, blank=True)
+    completion_tokens = models.IntegerField(null=True, blank=True)
+    # Summary columns, computed at ingest, so a list never opens a body.
+    message_count = models.IntegerField(default=0)
+    tool_call_count = models.IntegerField(default=0)
+    preview = models.CharField(max_length=300, blank=True)
+    # Assistant answers and tool errors, for the text filter (trigram index, migration 0013).
+    search_text = models.TextField(blank=True, default="")
+    # Facts the monitors aggregate (reviewapp/monitors/facts.py), exact over every trace.
+    tool_results = models.JSONField(default=dict, blank=True)  # tool name -> results
+    tool_errors = models.JSONField(default=dict, blank=True)  # tool name -> error results
+    tool_result_count = models.IntegerField(default=0)
+    tool_error_count = models.IntegerField(default=0)
+    answer_count = models.IntegerField(default=0)  # assistant turns with text, no tool call
+    answer_words = models.IntegerField(default=0)  # words in those answers
+    truncated_replies = models.IntegerField(default=0)  # replies cut at max_tokens
+    # zlib-compressed JSON {"messages": [...], "tools": [...]}; see `body_json`.
+    body = models.BinaryField()
+    # sha256 of the canonical item as received: tells an unchanged replay from a conflict.
+    content_hash = models.CharField(max_length=64)
+    # Gateway traces: hash of the conversation so far, so a call extending it joins this trace.
+    tail_hash = models.CharField(max_length=64, blank=True)
+    # Gateway traces: sha256 of the JSON of the last request whose messages are all the trace's
+    # (see reviewapp.gateway.calls._fingerprint), so the next call finds it without hashing
+    # its whole history canonically.
+    sent_hash = models.CharField(max_length=64, blank=True)
+    # The gateway recorder's bookkeeping, so a call appends without reading the body:
+    # "segments": TraceSegment rows holding messages recorded since the body was last packed,
+    # "tools": the trace's tool definitions (they live here while it is recorded),
+    # "error_chars": length of the tool-error part that leads `search_text`.
+    recording = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Ingest is idempotent on this pair.
+            models.UniqueConstraint(fields=["project", "external_id"], name="trace_external_id"),
+        ]
+        indexes = [
+            # serves: the newest-first list per project (keyset pagination on id)
+            models.Index(fields=["project", "-id"], name="trace_project_newest"),
+            # serves: the list filtered by source
+            models.Index(fields=["project", "source", "-id"], name="trace_project_source"),
+            # serve: the dashboard's filters, newest first
+            models.Index(fields=["project", "termination", "-id"], name="trace_termination"),
+            models.Index(fields=["project", "model", "-id"], name="trace_model"),
+            models.Index(fields=["project", "adapter_version", "-id"], name="trace_adapter"),
+            models.Index(fields=["project", "received_at"], name="trace_received"),
+            # serves: the "most messages" sort
+            models.Index(fields=["project", "-message_count", "-id"], name="trace_longest"),
+            # serves: the monitors' errors per tool and newest failing traces (failing rows only)
+            models.Index(
+                fields=["project", "model", "adapter_version", "-id"],
+                name="trace_tool_errors",
+                condition=Q(tool_error_count__gt=0),
+            ),
+            # serves: the gateway's prefix merging (which recent trace does this call extend?)
+            models.Index(
+                fields=["project", "tail_hash"],
+                name="trace_tail",
+                condition=~Q(tail_hash=""),
+            ),
+            # serves: the same, for a call that re-sends its history unchanged
+            models.Index(
+                fields=["project", "sent_hash"],
+                name="trace_sent",
+                condition=~Q(sent_hash=""),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.external_id}"
+
+    @staticmethod
+    def pack_body(*, messages: list, tools: list) -> bytes:
+        return zlib.compress(orjson.dumps({"messages": messages, "tools": tools}), 1)
+
+    def body_json(self) -> dict:
+        """{"messages", "tools"}: the packed body plus what the gateway appended since."""
+        body = (
+            orjson.loads(zlib.decompress(bytes(self.body)))
+            if self.body
+            else {"messages": [], "tools": []}
+        )
+        recording = self.recording or {}
+        if "tools" in recording:
+            body["tools"] = recording["tools"]
+        if recording.get("segments"):
+            for blob in self.segments.order_by("id").values_list("messages", flat=True):
+                body["messages"].extend(orjson.loads(zlib.decompress(bytes(blob))))
+        return body
+
+
+class TraceSegment(models.Model):
+    """Messages one gateway call added to its trace, stored once: a long episode costs each
+    call its new messages, not the whole conversation again. When the episode goes quiet the
+    segments are packed into the trace's body (reviewapp.gateway.calls.pack_trace_body)."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="segments")
+    messages = models.BinaryField()  # zlib-compressed JSON list, in conversation order
+
+    def __str__(self) -> str:
+        return f"segment {self.pk} of {self.trace_id}"
+
+
+class TraceOutcome(models.TextChoices):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    NONE = "none"  # no outcome reported

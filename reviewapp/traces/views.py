@@ -1,0 +1,303 @@
+"""The trace list and the trace page, with the reviewer's actions on it."""
+
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Prefetch
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+from reviewapp.forms import FeedbackForm
+from reviewapp.learning.lineage import adapters_by_feedback
+from reviewapp.projects.access import (
+    get_admin_membership_for_user,
+    get_membership_for_user,
+    get_reviewer_membership_for_user,
+    get_trace_for_membership,
+    projects_for_user,
+)
+from reviewapp.review.feedback import (
+    FeedbackError,
+    correct_feedback,
+    delete_feedback,
+    record_feedback,
+    retry_feedback,
+)
+from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.review.queues import blinds_reviewer
+from reviewapp.review.tags import toggle_tag
+from reviewapp.review.views.queues import queue_context
+from reviewapp.traces.filters import (
+    TraceFilterForm,
+    after_cursor,
+    cursor_for,
+    filtered_traces,
+    search_matches,
+)
+from reviewapp.traces.models import Termination
+from reviewapp.traces.rendering import conversation, tool_definitions
+
+PAGE_SIZE = 50
+# Sent with a changed feedback panel: the trace page's "more like this" reloads, so its
+# apply-feedback form lists the trace's feedback as it is now.
+REVIEW_CHANGED = "review-changed"
+# The first messages render with the page; the rest arrive in chunks as the reader scrolls.
+MESSAGES_PER_CHUNK = 200
+# The trace page's table of gateway calls: what each call returned, never its bodies.
+CALL_FIELDS = (
+    "turn_index",
+    "status_code",
+    "finish_reason",
+    "termination",
+    "error",
+    "latency_ms",
+    "completion_tokens",
+)
+MAX_CALLS_SHOWN = 500
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    projects = projects_for_user(request.user)
+    if len(projects) == 1:
+        return redirect("trace_list", slug=projects[0].slug)
+    return render(request, "projects/index.html", {"projects": projects})
+
+
+@require_GET
+@login_required
+def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    form = TraceFilterForm(request.GET or None, project=membership.project)
+    filters = form.cleaned_data if form.is_valid() else {}
+    sort = filters.get("sort") or "newest"
+    traces = filtered_traces(membership.project, filters)
+    if request.GET.get("cursor"):
+        traces = after_cursor(traces, sort, request.GET["cursor"])
+    page = list(
+        traces.defer("body", "metadata", "search_text")
+        .annotate(feedback_count=Count("feedback"))
+        .prefetch_related(Prefetch("trace_tags", TraceTag.objects.select_related("tag")))[
+            : PAGE_SIZE + 1
+        ]
+    )
+    next_query = None
+    if len(page) > PAGE_SIZE:
+        page = page[:PAGE_SIZE]
+        query = request.GET.copy()
+        query["cursor"] = cursor_for(page[-1], sort)
+        next_query = query.urlencode()
+    if filters.get("q"):  # where each listed trace matched, for this page's rows only
+        matches = search_matches(page, filters["q"])
+        for trace in page:
+            trace.search_match = matches.get(trace.pk)
+    context = {
+        "membership": membership,
+        "project": membership.project,
+        "form": form,
+        "traces": page,
+        "next_query": next_query,
+        "filter_query": _without_cursor(request),
+    }
+    if request.htmx and request.htmx.target == "more-row":
+        return render(request, "traces/list.html#trace-rows", context)
+    if request.htmx:
+        return render(request, "traces/list.html#trace-results", context)
+    return render(request, "traces/list.html", context)
+
+
+def _without_cursor(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    return query.urlencode()
+
+
+def _feedback_panel_context(request: HttpRequest, membership, trace) -> dict:
+    """What the feedback panel re-renders with after an action on one of its feedback."""
+    return {
+        **_review_context(request, membership, trace),
+        "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
+    }
+
+
+def _review_context(request: HttpRequest, membership, trace) -> dict:
+    my_tag_ids = set(
+        TraceTag.objects.filter(trace=trace, reviewer=request.user).values_list("tag_id", flat=True)
+    )
+    all_tags = list(
+        TraceTag.objects.filter(trace=trace).select_related("tag", "reviewer").order_by("tag__name")
+    )
+    feedback_list = list(trace.feedback.select_related("reviewer", "api_key").order_by("id"))
+    learned_by = adapters_by_feedback([feedback.pk for feedback in feedback_list])
+    for feedback in feedback_list:
+        feedback.learned_by = learned_by.get(feedback.pk, [])
+    return {
+        "membership": membership,
+        "project": membership.project,
+        "trace": trace,
+        "tags": list(Tag.objects.filter(project=membership.project).order_by("name")[: 9 * 4]),
+        "my_tag_ids": my_tag_ids,
+        "all_trace_tags": all_tags,
+        "feedback_list": feedback_list,
+        # Blind queues: nobody else's work shows until this reviewer has finished the item.
+        "hide_others": blinds_reviewer(trace=trace, reviewer=request.user),
+    }
+
+
+@require_GET
+@login_required
+def trace_detail(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse:
+    membership = get_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    body = trace.body_json()
+    messages = body["messages"]
+    start = max(int(request.GET.get("start", 0) or 0), 0)
+    turns = conversation(messages)
+    chunk = turns[start : start + MESSAGES_PER_CHUNK]
+    more_from = start + MESSAGES_PER_CHUNK if start + MESSAGES_PER_CHUNK < len(turns) else None
+    calls = list(trace.calls.order_by("id").only(*CALL_FIELDS)[:MAX_CALLS_SHOWN])
+    context = {
+        **_review_context(request, membership, trace),
+        "turns": chunk,
+        "more_from": more_from,
+        "tools": tool_definitions(body["tools"], messages),
+        "metadata_json": json.dumps(trace.metadata, indent=2, ensure_ascii=False),
+        "duration_s": (
+            (trace.ended_at - trace.started_at).total_seconds()
+            if trace.started_at and trace.ended_at
+            else None
+        ),
+        "feedback_form": FeedbackForm(turns=turns),
+        "calls": calls,
+        "cut_turns": _cut_turns(trace, turns),
+        # The last call that failed says why an error trace ended: status and message.
+        "failed_call": next(
+            (call for call in reversed(calls) if call.error or (call.status_code or 0) >= 400),
+            None,
+        ),
+        **queue_context(request, membership, trace),  # opened from a queue: ?queue=&item=
+    }
+    if request.htmx and start:
+        return render(request, "traces/detail.html#turn-chunk", context)
+    return render(request, "traces/detail.html", context)
+
+
+def _cut_turns(trace, turns) -> set[int]:
+    """Indexes of the assistant turns cut at max_tokens: the recorded calls say which; a pushed
+    trace that ended truncated has no calls, and its last assistant turn is the one cut."""
+    cut = set(
+        trace.calls.filter(finish_reason="length", turn_index__isnull=False).values_list(
+            "turn_index", flat=True
+        )
+    )
+    if not cut and trace.termination == Termination.TRUNCATED:
+        assistant_turns = [turn.index for turn in turns if turn.role == "assistant"]
+        cut = set(assistant_turns[-1:])
+    return cut
+
+
+@require_POST
+@login_required
+def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    tag = Tag.objects.filter(project=membership.project, pk=tag_id).first()
+    if tag is None:
+        return HttpResponse("no such tag", status=404)
+    toggle_tag(trace=trace, tag=tag, reviewer=request.user)
+    if request.htmx:
+        return render(
+            request, "traces/detail.html#review-tags", _review_context(request, membership, trace)
+        )
+    return redirect("trace_detail", slug=slug, trace_id=trace.pk)
+
+
+@require_POST
+@login_required
+def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    body = trace.body_json()
+    form = FeedbackForm(request.POST, turns=conversation(body["messages"]))
+    if form.is_valid():
+        try:
+            record_feedback(
+                trace=trace,
+                reviewer=request.user,
+                author=request.user.get_username(),
+                **form.feedback_kwargs(),
+            )
+        except FeedbackError as error:
+            form.add_error(None, str(error))
+    context = {**_review_context(request, membership, trace), "feedback_form": form}
+    if form.errors:
+        return render(request, "traces/detail.html#feedback-panel", context, status=422)
+    context["feedback_form"] = FeedbackForm(turns=conversation(body["messages"]))
+    if request.htmx:
+        response = render(request, "traces/detail.html#feedback-panel", context)
+        return trigger_client_event(response, REVIEW_CHANGED)
+    return redirect(reverse("trace_detail", args=[slug, trace.pk]) + "#feedback-panel")
+
+
+@require_POST
+@login_required
+def feedback_delete(
+    request: HttpRequest, slug: str, trace_id: int, feedback_id: int
+) -> HttpResponse:
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
+    if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
+        delete_feedback(feedback=feedback)
+    context = _feedback_panel_context(request, membership, trace)
+    if request.htmx:
+        response = render(request, "traces/detail.html#feedback-panel", context)
+        return trigger_client_event(response, REVIEW_CHANGED)
+    return redirect("trace_detail", slug=slug, trace_id=trace.pk)
+
+
+@require_POST
+@login_required
+def feedback_retry(
+    request: HttpRequest, slug: str, trace_id: int, feedback_id: int
+) -> HttpResponse:
+    """An admin asks again for targets from a feedback the model could not use."""
+    membership = get_admin_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
+    if feedback is not None:
+        retry_feedback(feedback=feedback)  # one still too long stays failed, its reason shown
+    context = _feedback_panel_context(request, membership, trace)
+    if request.htmx:
+        return render(request, "traces/detail.html#feedback-panel", context)
+    return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
+
+
+@require_POST
+@login_required
+def feedback_correct(
+    request: HttpRequest, slug: str, trace_id: int, feedback_id: int
+) -> HttpResponse:
+    """A reviewer writes the corrected turn for a feedback nothing usable came out of."""
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    trace = get_trace_for_membership(membership, trace_id)
+    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
+    if feedback is None:
+        raise Http404("no such feedback")
+    error, status = "", 200
+    try:
+        correct_feedback(feedback=feedback, correction_text=request.POST.get("correction", ""))
+    except FeedbackError as problem:
+        error, status = str(problem), 422
+    if not request.htmx and not error:
+        return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
+    context = {
+        **_feedback_panel_context(request, membership, trace),
+        "correction_error": error,
+        "correction_error_for": feedback.pk,
+    }
+    response = render(request, "traces/detail.html#feedback-panel", context, status=status)
+    return trigger_client_event(response, REVIEW_CHANGED) if not error else response
