@@ -3,7 +3,7 @@
 vLLM's /v1/chat/completions renders the messages with the tokenizer's chat template
 (`add_generation_prompt=True`) and tokenizes the text without adding special tokens; the model
 then writes the assistant turn. Training on a turn must see the same ids, so this module
-mirrors that: the content becomes its text by vLLM's rule (`training.text`), and tool call
+mirrors that: the content becomes its text by vLLM's rule (`messages.text`), and tool call
 arguments are parsed from JSON into dicts before the template sees them.
 
 Tool calls in a target turn: a template that renders `tool_calls` is used as is. A template that
@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from training.text import message_text
+from messages.text import message_text
 
 Message = dict[str, Any]
 

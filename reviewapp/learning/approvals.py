@@ -6,13 +6,13 @@ from difflib import SequenceMatcher
 from django.db import transaction
 from django.db.models import Count, F, Min, Q
 
+from messages.text import message_text
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.models import Feedback
 from reviewapp.traces.chat import Message
 from reviewapp.traces.rendering import DiffPiece, word_diff
-from training.text import message_text
 
 CHOSEN_STATES = (TargetState.APPROVED, TargetState.EDITED)
 # The targets page shows this many feedback items per tab, newest first.

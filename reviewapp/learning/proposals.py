@@ -7,6 +7,7 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
+from messages.text import message_text
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import OutboundRefused, check_teacher_url
@@ -14,7 +15,6 @@ from reviewapp.projects.project_settings import ProjectSettings, settings_for
 from reviewapp.review.feedback import mark_feedback_failed
 from reviewapp.review.models import Feedback, FeedbackStatus
 from training.config import TrainingConfig
-from training.text import message_text
 
 # The teacher samples this many revisions per request, until one passes the feedback's checks
 # or TEACHER_BUDGET samples are spent: the bundled model follows some feedback 1 time in 16.

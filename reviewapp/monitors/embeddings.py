@@ -13,8 +13,8 @@ from functools import cache
 
 import numpy as np
 
+from messages.text import content_text
 from reviewapp.traces.rendering import looks_like_tool_error
-from training.text import content_text
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384

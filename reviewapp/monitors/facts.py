@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from messages.text import content_text
 from reviewapp.traces.rendering import looks_like_tool_error
-from training.text import content_text
 
 UNKNOWN_TOOL = "unknown"  # a tool result whose call is not in the conversation
 

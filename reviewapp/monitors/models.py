@@ -86,7 +86,7 @@ class TraceVector(models.Model):
 
     Migration 0016 adds the column, with an HNSW index (cosine), only where the database can
     create the `vector` extension; elsewhere (SQLite, a PostgreSQL without pgvector) the column
-    is absent and this model is never queried: see reviewapp/monitors/similarity.vector_search_available.
+    is absent and this model is never queried (monitors/similarity.vector_search_available).
     Rows are written as TraceEmbedding; this model only fills in and reads `embedding`.
     """
 

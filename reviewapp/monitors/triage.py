@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 
+from messages.text import content_text
 from reviewapp.monitors.models import TriageMatch, TriageRule
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Queue, QueueItem, TraceTag
 from reviewapp.traces.models import Trace, TraceOutcome
 from reviewapp.traces.rendering import looks_like_tool_error
-from training.text import content_text
 
 # Bodies decompressed at a time when a rule needs them.
 CHUNK = 500

@@ -10,6 +10,7 @@ import orjson
 from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
+from messages.text import message_text
 from reviewapp.learning.models import DistillationTarget
 from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.monitors.similarity import similarity_between
@@ -20,7 +21,6 @@ from reviewapp.review.models import CopiedFeedback, Feedback, FeedbackStatus
 from reviewapp.traces.chat import Message, describe_validation_error
 from reviewapp.traces.models import Trace
 from training.checks import check_problem
-from training.text import message_text
 
 # Feedback becomes part of a teacher prompt and a correction becomes a training target: both must
 # fit a model's context. 8,000 characters is ~2,000 tokens; 32 KB holds a long answer or tool call.

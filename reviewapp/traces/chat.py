@@ -17,8 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from messages.text import message_text
 from reviewapp.traces.models import Termination
-from training.text import message_text
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 

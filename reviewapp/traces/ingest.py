@@ -11,6 +11,7 @@ from django.db.models import JSONField
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from messages.text import message_text
 from reviewapp.monitors.facts import facts_of
 from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.monitors.tasks import after_traces_changed
@@ -25,7 +26,6 @@ from reviewapp.traces.chat import (
 )
 from reviewapp.traces.models import Termination, Trace, TraceSource
 from reviewapp.traces.rendering import looks_like_tool_error
-from training.text import message_text
 
 # Enough for the answers of a long episode; the trigram index stays small per row.
 SEARCH_TEXT_MAX_CHARS = 8000

@@ -21,7 +21,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from training.text import TEXT_PART_KEYS, content_text
+from messages.text import TEXT_PART_KEYS, content_text
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 # Older conventions put each message in a span event; the event name carries the role.

@@ -15,7 +15,7 @@ import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
-from training.text import media_part_types, message_text
+from messages.text import media_part_types, message_text
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 

@@ -1,4 +1,4 @@
-from training.text import content_text, media_part_types, message_text
+from messages.text import content_text, media_part_types, message_text
 
 IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
 
