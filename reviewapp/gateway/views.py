@@ -1,6 +1,7 @@
 """OpenAI-compatible endpoints: forward first, record after, never hold up the harness."""
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -68,21 +69,25 @@ def answered_termination(response: dict | None) -> str:
     return "completed"
 
 
-class DatabaseUnavailable(Exception):
-    """The key could not be checked: the database is away and this process never saw it."""
-
-
-async def _authenticate(request: HttpRequest) -> GatewayProject | None:
+async def _project_or_refusal(request: HttpRequest) -> GatewayProject | JsonResponse:
+    """The project of the call's key, or the answer that refuses the call: 503 while the
+    database is away (the key cannot be checked and this process never saw it), 401 without a
+    key it knows, 403 for a key without the ingest scope."""
     # The gateway reads its headers from request.META ("HTTP_" + the name upper-cased, "-" as
     # "_"), what request.headers is made of: making request.headers parses every header name.
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, secret = header.partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip():
-        return None
-    try:
-        return await project_for_key(secret.strip())
-    except DatabaseError as error:
-        raise DatabaseUnavailable from error
+    project = None
+    if scheme.lower() == "bearer" and secret.strip():
+        try:
+            project = await project_for_key(secret.strip())
+        except DatabaseError:
+            return _unavailable()
+    if project is None:
+        return _unauthorized(request)
+    if KeyScope.INGEST not in project.key_scopes:
+        return _insufficient_scope(project)
+    return project
 
 
 def _unavailable() -> JsonResponse:
@@ -109,9 +114,7 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
     )
 
 
-def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
-    if KeyScope.INGEST in project.key_scopes:
-        return None
+def _insufficient_scope(project: GatewayProject) -> JsonResponse:
     refusals.count(project_id=project.id, reason=RefusalReason.INSUFFICIENT_SCOPE)
     return openai_error(
         403,
@@ -120,19 +123,29 @@ def _without_ingest_scope(project: GatewayProject) -> JsonResponse | None:
     )
 
 
-@csrf_exempt
-@answers_in_openai_shape
-async def list_models(request: HttpRequest) -> HttpResponse:
-    if request.method != "GET":
-        return openai_error(405, "use GET")
-    try:
-        project = await _authenticate(request)
-    except DatabaseUnavailable:
-        return _unavailable()
-    if project is None:
-        return _unauthorized(request)
-    if refused := _without_ingest_scope(project):
-        return refused
+def _endpoint(method: str):
+    """An OpenAI endpoint: another method, or a key that may not use the gateway, is refused
+    before the view runs with the key's project; every failure answers in OpenAI's shape."""
+
+    def decorate(view):
+        @csrf_exempt
+        @answers_in_openai_shape
+        @functools.wraps(view)
+        async def endpoint(request: HttpRequest) -> HttpResponse:
+            if request.method != method:
+                return openai_error(405, f"use {method}")
+            project = await _project_or_refusal(request)
+            if isinstance(project, JsonResponse):
+                return project
+            return await view(request, project)
+
+        return endpoint
+
+    return decorate
+
+
+@_endpoint("GET")
+async def list_models(request: HttpRequest, project: GatewayProject) -> HttpResponse:
     return JsonResponse(
         {
             "object": "list",
@@ -143,19 +156,8 @@ async def list_models(request: HttpRequest) -> HttpResponse:
     )
 
 
-@csrf_exempt
-@answers_in_openai_shape
-async def chat_completions(request: HttpRequest) -> HttpResponse:
-    if request.method != "POST":
-        return openai_error(405, "use POST")
-    try:
-        project = await _authenticate(request)
-    except DatabaseUnavailable:
-        return _unavailable()
-    if project is None:
-        return _unauthorized(request)
-    if refused := _without_ingest_scope(project):
-        return refused
+@_endpoint("POST")
+async def chat_completions(request: HttpRequest, project: GatewayProject) -> HttpResponse:
     body, refused = _parsed_body(request)
     trace_id = request.META.get("HTTP_X_TRACE_ID", "").strip()
     if not refused and (len(trace_id) > MAX_TRACE_ID_LENGTH or "/" in trace_id):
