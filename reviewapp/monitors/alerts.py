@@ -77,6 +77,29 @@ class _Checker:
     def url(self, group: GroupStats, **extra) -> str:
         return evidence_url(self.project, self.filters, **group.version.trace_filters(), **extra)
 
+    def alert(
+        self,
+        old: GroupStats,
+        new: GroupStats,
+        *,
+        kind: str,
+        critical: bool,
+        message: str,
+        evidence: list[Evidence],
+    ) -> Alert:
+        """What moved between `old` and the version after it, `new`."""
+        return Alert(
+            kind=kind,
+            severity="critical" if critical else "warning",
+            version=new.version.label,
+            previous_version=old.version.label,
+            message=message,
+            evidence=evidence,
+        )
+
+    def all_traces(self, group: GroupStats) -> Evidence:
+        return Evidence(f"{group.version.label}: all traces", self.url(group))
+
     def examples(self, trace_ids: list[int]) -> list[Evidence]:
         slug = self.project.slug
         return [
@@ -104,11 +127,11 @@ class _Checker:
         if not changes:
             return None
         worst = max(value for value in (words_fell, tools_fell) if value is not None)
-        return Alert(
+        return self.alert(
+            old,
+            new,
             kind="shrinking_under_tool_errors",
-            severity="critical" if worst >= 2 * SHRINK or error_rate >= 0.2 else "warning",
-            version=new.version.label,
-            previous_version=old.version.label,
+            critical=worst >= 2 * SHRINK or error_rate >= 0.2,
             message=(
                 f"{new.version.label}: {' and '.join(changes)} while "
                 f"{_percent(error_rate)} of tool calls fail (was "
@@ -116,12 +139,12 @@ class _Checker:
                 f"{new.tool_results} tool results in {new.traces} traces)"
             ),
             evidence=[
-                Evidence(f"{new.version.label}: all traces", self.url(new)),
+                self.all_traces(new),
                 Evidence(
                     f"{new.version.label}: ended in a tool error",
                     self.url(new, termination=Termination.TOOL_ERROR),
                 ),
-                Evidence(f"{old.version.label}: all traces", self.url(old)),
+                self.all_traces(old),
                 *self.examples(new.error_examples),
             ],
         )
@@ -140,11 +163,11 @@ class _Checker:
             )
             for group in (new, old)
         ]
-        return Alert(
+        return self.alert(
+            old,
+            new,
             kind=kind,
-            severity="critical" if after - before >= 2 * RISE_POINTS else "warning",
-            version=new.version.label,
-            previous_version=old.version.label,
+            critical=after - before >= 2 * RISE_POINTS,
             message=(
                 f"{new.version.label}: {_percent(after)} of traces {what} "
                 f"({sum(new.terminations.get(t, 0) for t in terminations)} of {new.traces}), "
@@ -163,21 +186,18 @@ class _Checker:
             if after - before < TOOL_JUMP_POINTS:
                 continue
             alerts.append(
-                Alert(
+                self.alert(
+                    old,
+                    new,
                     kind="tool_failure_jump",
-                    severity="critical" if after - before >= 2.5 * TOOL_JUMP_POINTS else "warning",
-                    version=new.version.label,
-                    previous_version=old.version.label,
+                    critical=after - before >= 2.5 * TOOL_JUMP_POINTS,
                     message=(
                         f"tool {name!r} fails {_percent(after)} of the time in "
                         f"{new.version.label} ({tool.errors} of {tool.calls} calls), "
                         f"up from {_percent(before)} in {old.version.label} "
                         f"({before_tool.errors} of {before_tool.calls})"
                     ),
-                    evidence=[
-                        Evidence(f"{new.version.label}: all traces", self.url(new)),
-                        *self.examples(tool.error_examples),
-                    ],
+                    evidence=[self.all_traces(new), *self.examples(tool.error_examples)],
                 )
             )
         return alerts
