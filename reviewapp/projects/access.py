@@ -1,10 +1,26 @@
-"""Every dashboard lookup goes through these, so no view forgets whose project it is."""
+"""Every lookup of a project's rows goes through these, so no view or endpoint forgets whose
+project it is: another project's row does not exist here (404)."""
+
+from typing import TypeVar
 
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import Http404
 
+from reviewapp.learning.models import Adapter
 from reviewapp.projects.models import Membership, Project, Role
+from reviewapp.review.models import Queue, Tag
 from reviewapp.traces.models import Trace
+
+RowT = TypeVar("RowT", bound=Model)
+
+
+def first_or_404(rows: QuerySet[RowT], missing: str) -> RowT:
+    """The first of `rows`, already narrowed to one project; none: a 404 saying `missing`."""
+    row = rows.first()
+    if row is None:
+        raise Http404(missing)
+    return row
 
 
 def get_membership_for_user(user, slug: str) -> Membership:
@@ -36,10 +52,32 @@ def get_admin_membership_for_user(user, slug: str) -> Membership:
 
 
 def get_trace_for_membership(membership: Membership, trace_id: int) -> Trace:
-    trace = Trace.objects.filter(project=membership.project, pk=trace_id).first()
-    if trace is None:
-        raise Http404("no such trace")
-    return trace
+    return first_or_404(
+        Trace.objects.filter(project=membership.project, pk=trace_id), "no such trace"
+    )
+
+
+def get_queue_for_membership(membership: Membership, queue_id: int) -> Queue:
+    return first_or_404(
+        Queue.objects.filter(project=membership.project, pk=queue_id), "no such queue"
+    )
+
+
+def get_tag_for_membership(membership: Membership, tag_id: int) -> Tag:
+    return first_or_404(Tag.objects.filter(project=membership.project, pk=tag_id), "no such tag")
+
+
+def get_member_for_membership(membership: Membership, member_id: int) -> Membership:
+    """Another person's membership of the same project (the members page changes it)."""
+    members = Membership.objects.filter(project=membership.project, pk=member_id)
+    return first_or_404(members, "no such member")
+
+
+def get_adapter_for_membership(membership: Membership, version: int) -> Adapter:
+    adapters = Adapter.objects.select_related("run").filter(
+        project=membership.project, version=version
+    )
+    return first_or_404(adapters, "no such adapter")
 
 
 def projects_for_user(user) -> list[Project]:

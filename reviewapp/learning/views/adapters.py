@@ -7,7 +7,7 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -24,6 +24,7 @@ from reviewapp.learning.deploy import (
 from reviewapp.learning.lineage import STATUSES, adapter_lineage, adapter_report
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.projects.access import (
+    get_adapter_for_membership,
     get_admin_membership_for_user,
     get_membership_for_user,
 )
@@ -41,15 +42,6 @@ class ShareForm(forms.Form):
         self.fields["share"] = forms.IntegerField(
             min_value=1, max_value=highest, label="Share of traffic (%)"
         )
-
-
-def _get_adapter_for_membership(membership, version: int) -> Adapter:
-    adapter = (
-        Adapter.objects.select_related("run").filter(project=membership.project, version=version)
-    ).first()
-    if adapter is None:
-        raise Http404("no such adapter")
-    return adapter
 
 
 def _base_context(request: HttpRequest, membership) -> dict:
@@ -161,7 +153,7 @@ def _divergence_chart(lineage) -> str:
 @login_required
 def adapter_detail(request: HttpRequest, slug: str, version: int) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
-    adapter = _get_adapter_for_membership(membership, version)
+    adapter = get_adapter_for_membership(membership, version)
     return render(request, "adapters/detail.html", _detail_context(request, membership, adapter))
 
 
@@ -203,10 +195,18 @@ def _form_error(form: ShareForm) -> str:
     return "; ".join(message for messages in form.errors.values() for message in messages)
 
 
-def _route_change(request: HttpRequest, membership, adapter: Adapter, change) -> HttpResponse:
-    """Run one route change; the service refuses what the route does not allow (409)."""
+def _change_route(
+    request: HttpRequest, slug: str, version: int, change, form: ShareForm | None = None
+) -> HttpResponse:
+    """An admin's change to where an adapter's traffic goes: `change(adapter=, share=)`, the
+    share from `form` when the change takes one (invalid: 422). The service refuses what the
+    route does not allow (409)."""
+    membership = get_admin_membership_for_user(request.user, slug)
+    adapter = get_adapter_for_membership(membership, version)
+    if form is not None and not form.is_valid():
+        return _after_action(request, membership, adapter, error=_form_error(form), status=422)
     try:
-        change()
+        change(adapter=adapter, **(form.cleaned_data if form is not None else {}))
     except DeployRefused as refusal:
         return _after_action(request, membership, adapter, error=str(refusal), status=409)
     except DeployError as problem:
@@ -215,48 +215,32 @@ def _route_change(request: HttpRequest, membership, adapter: Adapter, change) ->
     return _after_action(request, membership, adapter)
 
 
+def _deploy(*, adapter: Adapter, share: int) -> None:
+    with httpx.Client(timeout=DEPLOY_TIMEOUT_S) as client:
+        deploy_adapter(adapter=adapter, share=share, client=client)
+
+
 @require_POST
 @login_required
 def adapter_deploy(request: HttpRequest, slug: str, version: int) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    adapter = _get_adapter_for_membership(membership, version)
-    form = ShareForm(request.POST)
-    if not form.is_valid():
-        return _after_action(request, membership, adapter, error=_form_error(form), status=422)
-
-    def deploy() -> None:
-        with httpx.Client(timeout=DEPLOY_TIMEOUT_S) as client:
-            deploy_adapter(adapter=adapter, share=form.cleaned_data["share"], client=client)
-
-    return _route_change(request, membership, adapter, deploy)
+    return _change_route(request, slug, version, _deploy, ShareForm(request.POST))
 
 
 @require_POST
 @login_required
 def adapter_promote(request: HttpRequest, slug: str, version: int) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    adapter = _get_adapter_for_membership(membership, version)
-    return _route_change(request, membership, adapter, lambda: promote_canary(adapter=adapter))
+    return _change_route(request, slug, version, promote_canary)
 
 
 @require_POST
 @login_required
 def adapter_share(request: HttpRequest, slug: str, version: int) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    adapter = _get_adapter_for_membership(membership, version)
-    form = ShareForm(request.POST, highest=99)
-    if not form.is_valid():
-        return _after_action(request, membership, adapter, error=_form_error(form), status=422)
-    share = form.cleaned_data["share"]
-    return _route_change(
-        request, membership, adapter, lambda: set_canary_share(adapter=adapter, share=share)
-    )
+    form = ShareForm(request.POST, highest=99)  # a canary's share: all traffic is a promote
+    return _change_route(request, slug, version, set_canary_share, form)
 
 
 @require_POST
 @login_required
 def adapter_rollback(request: HttpRequest, slug: str, version: int) -> HttpResponse:
     """A canary is dropped; a primary hands the alias back to the previous primary (or base)."""
-    membership = get_admin_membership_for_user(request.user, slug)
-    adapter = _get_adapter_for_membership(membership, version)
-    return _route_change(request, membership, adapter, lambda: rollback(adapter=adapter))
+    return _change_route(request, slug, version, rollback)

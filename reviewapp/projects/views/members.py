@@ -1,21 +1,14 @@
 """The members page: project admins add people, set their roles and remove them."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from reviewapp.forms import AddMemberForm, MemberRoleForm
-from reviewapp.projects.access import get_admin_membership_for_user
+from reviewapp.projects.access import get_admin_membership_for_user, get_member_for_membership
 from reviewapp.projects.members import MemberError, add_member, change_role, remove_member
 from reviewapp.projects.models import Membership
-
-
-def _get_member_for_admin(admin: Membership, member_id: int) -> Membership:
-    member = Membership.objects.filter(project=admin.project, pk=member_id).first()
-    if member is None:
-        raise Http404("no such member")
-    return member
 
 
 def _render(request, admin: Membership, *, form=None, error: str = "", status: int = 200):
@@ -52,7 +45,7 @@ def members(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def member_role(request: HttpRequest, slug: str, member_id: int) -> HttpResponse:
     admin = get_admin_membership_for_user(request.user, slug)
-    member = _get_member_for_admin(admin, member_id)
+    member = get_member_for_membership(admin, member_id)
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
         return _render(request, admin, error="choose admin, reviewer or viewer", status=422)
@@ -67,7 +60,7 @@ def member_role(request: HttpRequest, slug: str, member_id: int) -> HttpResponse
 @login_required
 def member_remove(request: HttpRequest, slug: str, member_id: int) -> HttpResponse:
     admin = get_admin_membership_for_user(request.user, slug)
-    member = _get_member_for_admin(admin, member_id)
+    member = get_member_for_membership(admin, member_id)
     try:
         remove_member(membership=member)
     except MemberError as error:

@@ -2,7 +2,7 @@
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -10,8 +10,10 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from reviewapp.forms import QueueForm
 from reviewapp.projects.access import (
+    first_or_404,
     get_admin_membership_for_user,
     get_membership_for_user,
+    get_queue_for_membership,
     get_reviewer_membership_for_user,
 )
 from reviewapp.projects.models import Membership
@@ -33,13 +35,6 @@ from reviewapp.traces.filters import TraceFilterForm, filtered_traces
 MAX_DISAGREEMENTS_SHOWN = 200
 
 
-def _get_queue_for_membership(membership: Membership, queue_id: int) -> Queue:
-    queue = Queue.objects.filter(project=membership.project, pk=queue_id).first()
-    if queue is None:
-        raise Http404("no such queue")
-    return queue
-
-
 def _may_work(queue: Queue, user) -> bool:
     """Assignees, when a queue has any, are the only ones who work it."""
     assignees = queue.assignees.all()
@@ -48,7 +43,7 @@ def _may_work(queue: Queue, user) -> bool:
 
 def _get_workable_queue_for_user(user, slug: str, queue_id: int) -> tuple[Membership, Queue]:
     membership = get_reviewer_membership_for_user(user, slug)
-    queue = _get_queue_for_membership(membership, queue_id)
+    queue = get_queue_for_membership(membership, queue_id)
     if not _may_work(queue, user):
         raise PermissionDenied("this queue is assigned to other reviewers")
     return membership, queue
@@ -114,7 +109,7 @@ def queue_create(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
-    queue = _get_queue_for_membership(membership, queue_id)
+    queue = get_queue_for_membership(membership, queue_id)
     context = _page(
         membership,
         queue=queue,
@@ -143,9 +138,9 @@ def queue_next(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
 def queue_item_done(request: HttpRequest, slug: str, queue_id: int, item_id: int) -> HttpResponse:
     """Done (or, with action=skip, skipped), then straight on to the next item."""
     membership, queue = _get_workable_queue_for_user(request.user, slug, queue_id)
-    item = QueueItem.objects.filter(queue=queue, pk=item_id).first()
-    if item is None:
-        raise Http404("no such item in this queue")
+    item = first_or_404(
+        QueueItem.objects.filter(queue=queue, pk=item_id), "no such item in this queue"
+    )
     try:
         if request.POST.get("action") == "skip":
             skip_item(item=item, reviewer=request.user)
@@ -175,7 +170,7 @@ def _open_next_item(request: HttpRequest, membership: Membership, queue: Queue) 
 def queue_agreement(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     """Per-tag agreement over finished reviews, and the items where reviewers disagree."""
     membership = get_membership_for_user(request.user, slug)
-    queue = _get_queue_for_membership(membership, queue_id)
+    queue = get_queue_for_membership(membership, queue_id)
     items, reviewers, assignments = _finished_reviews(queue)
     tags = {tag.pk: tag for tag in Tag.objects.filter(project=membership.project).order_by("name")}
     agreement = tag_agreement(assignments, tags)

@@ -3,12 +3,13 @@
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from reviewapp.projects.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
+    get_tag_for_membership,
 )
 from reviewapp.review.models import Tag
 from reviewapp.review.tags import TagError, create_tag, delete_tag, merge_tag, rename_tag
@@ -47,7 +48,7 @@ class MergeTagForm(forms.Form):
 
 def _get_tag_for_admin(request: HttpRequest, slug: str, tag_id: int):
     membership = get_admin_membership_for_user(request.user, slug)
-    return membership, get_object_or_404(Tag, project=membership.project, pk=tag_id)
+    return membership, get_tag_for_membership(membership, tag_id)
 
 
 def _render_taxonomy(request, membership, *, form=None, error="", status=200) -> HttpResponse:
@@ -92,16 +93,25 @@ def _taxonomy_after(request, slug, membership, change) -> HttpResponse:
     return _render_taxonomy(request, membership)
 
 
+def _taxonomy_after_form(request, slug, membership, tag: Tag, form, change) -> HttpResponse:
+    """A rename or merge: its one-field form's value goes to `change`; an invalid value
+    re-renders the taxonomy with the tag's name and the field's error."""
+    if not form.is_valid():
+        (field_errors,) = form.errors.values()
+        return _render_taxonomy(
+            request, membership, error=f"{tag.name}: {field_errors[0]}", status=422
+        )
+    (value,) = form.cleaned_data.values()
+    return _taxonomy_after(request, slug, membership, lambda: change(value))
+
+
 @require_POST
 @login_required
 def tag_rename(request: HttpRequest, slug: str, tag_id: int) -> HttpResponse:
     membership, tag = _get_tag_for_admin(request, slug, tag_id)
     form = RenameTagForm(request.POST)
-    if not form.is_valid():
-        error = f"{tag.name}: {form.errors['name'][0]}"
-        return _render_taxonomy(request, membership, error=error, status=422)
-    return _taxonomy_after(
-        request, slug, membership, lambda: rename_tag(tag=tag, name=form.cleaned_data["name"])
+    return _taxonomy_after_form(
+        request, slug, membership, tag, form, lambda name: rename_tag(tag=tag, name=name)
     )
 
 
@@ -110,11 +120,8 @@ def tag_rename(request: HttpRequest, slug: str, tag_id: int) -> HttpResponse:
 def tag_merge(request: HttpRequest, slug: str, tag_id: int) -> HttpResponse:
     membership, tag = _get_tag_for_admin(request, slug, tag_id)
     form = MergeTagForm(request.POST, tag=tag)
-    if not form.is_valid():
-        error = f"{tag.name}: {form.errors['into'][0]}"
-        return _render_taxonomy(request, membership, error=error, status=422)
-    return _taxonomy_after(
-        request, slug, membership, lambda: merge_tag(source=tag, into=form.cleaned_data["into"])
+    return _taxonomy_after_form(
+        request, slug, membership, tag, form, lambda into: merge_tag(source=tag, into=into)
     )
 
 
