@@ -57,6 +57,14 @@ def get_trace_for_membership(membership: Membership, trace_id: int) -> Trace:
     )
 
 
+def get_trace_for_project(project: Project, external_id: str) -> Trace:
+    """The API's way in: a trace by the id its harness gave it."""
+    return first_or_404(
+        Trace.objects.filter(project=project, external_id=external_id),
+        f"no trace {external_id!r} in this project",
+    )
+
+
 def get_queue_for_membership(membership: Membership, queue_id: int) -> Queue:
     return first_or_404(
         Queue.objects.filter(project=membership.project, pk=queue_id), "no such queue"

@@ -11,16 +11,13 @@ from ninja.errors import HttpError
 from pydantic import field_validator
 
 from reviewapp.api.auth import requires
-from reviewapp.projects.models import KeyScope, Project
+from reviewapp.api.pagination import decode_cursor, page_of
+from reviewapp.projects.access import first_or_404, get_trace_for_project
+from reviewapp.projects.models import KeyScope
 from reviewapp.review.models import Queue, QueueItem, QueueReview, Tag, TraceTag
 from reviewapp.review.queues import with_progress
 from reviewapp.review.tags import add_tag, remove_tag
-from reviewapp.traces.api.traces import (
-    ERRORS,
-    _decode_cursor,
-    _encode_cursor,
-    _get_trace_for_project,
-)
+from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["review"])
 
@@ -77,7 +74,7 @@ def change_trace_tags(request: HttpRequest, external_id: str, changes: TagChange
     """Idempotent: adding a tag that is on, or removing one that is off, changes nothing.
     A name both added and removed is refused."""
     project = request.auth
-    trace = _get_trace_for_project(project, external_id)
+    trace = get_trace_for_project(project, external_id)
     if both := set(changes.add) & set(changes.remove):
         raise HttpError(422, f"tag {sorted(both)[0]!r} is both added and removed")
     known = {tag.name: tag for tag in Tag.objects.filter(project=project, name__in=changes.remove)}
@@ -133,13 +130,6 @@ class PageIn(Schema):
     cursor: str | None = None
 
 
-def _get_queue_for_project(project: Project, queue_id: int) -> Queue:
-    queue = Queue.objects.filter(project=project, pk=queue_id).first()
-    if queue is None:
-        raise Http404(f"no queue {queue_id} in this project")
-    return queue
-
-
 @router.get(
     "/queues",
     response={200: QueueListOut, **ERRORS},
@@ -172,7 +162,10 @@ def list_queues(request: HttpRequest):
     **requires(*READ),
 )
 def list_queue_items(request: HttpRequest, queue_id: int, page: Query[PageIn]):
-    queue = _get_queue_for_project(request.auth, queue_id)
+    queue = first_or_404(
+        Queue.objects.filter(project=request.auth, pk=queue_id),
+        f"no queue {queue_id} in this project",
+    )
     items = (
         QueueItem.objects.filter(queue=queue)
         .select_related("trace")
@@ -185,10 +178,8 @@ def list_queue_items(request: HttpRequest, queue_id: int, page: Query[PageIn]):
         .order_by("position")
     )
     if page.cursor:
-        items = items.filter(position__gt=_decode_cursor(page.cursor))
-    rows = list(items[: page.limit + 1])
-    more = len(rows) > page.limit
-    rows = rows[: page.limit]
+        items = items.filter(position__gt=decode_cursor(page.cursor))
+    rows, next_cursor = page_of(items, page.limit, key=lambda item: item.position)
     return {
         "items": [
             {
@@ -205,5 +196,5 @@ def list_queue_items(request: HttpRequest, queue_id: int, page: Query[PageIn]):
             }
             for item in rows
         ],
-        "next": _encode_cursor(rows[-1].position) if more else None,
+        "next": next_cursor,
     }

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any, Literal
 
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
@@ -12,7 +12,8 @@ from reviewapp.api.schemas import ErrorOut
 from reviewapp.learning.deploy import deployment_of
 from reviewapp.learning.models import Adapter, ModelRoute, TrainingRun
 from reviewapp.learning.runs import RetrainError, is_presumed_dead, start_retrain
-from reviewapp.projects.models import KeyScope, Project
+from reviewapp.projects.access import first_or_404
+from reviewapp.projects.models import KeyScope
 from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["training"])
@@ -61,13 +62,6 @@ class AdapterListOut(Schema):
     adapters: list[AdapterOut]
 
 
-def _get_run_for_project(project: Project, run_id: int) -> TrainingRun:
-    run = TrainingRun.objects.filter(project=project, pk=run_id).first()
-    if run is None:
-        raise Http404(f"no run {run_id} in this project")
-    return run
-
-
 @router.post(
     "/runs",
     response={202: RunCreatedOut, 409: ErrorOut, **ERRORS},
@@ -90,7 +84,10 @@ def post_run(request: HttpRequest, payload: RunIn | None = None):
     **requires(KeyScope.ADMIN),
 )
 def get_run(request: HttpRequest, run_id: int):
-    run = _get_run_for_project(request.auth, run_id)
+    run = first_or_404(
+        TrainingRun.objects.filter(project=request.auth, pk=run_id),
+        f"no run {run_id} in this project",
+    )
     adapter = Adapter.objects.filter(run=run).first()
     return {
         "id": run.pk,

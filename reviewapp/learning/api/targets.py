@@ -11,6 +11,7 @@ from ninja.errors import HttpError
 from pydantic import field_validator
 
 from reviewapp.api.auth import requires
+from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.learning.approvals import (
     FeedbackTargets,
     choose_target,
@@ -19,9 +20,10 @@ from reviewapp.learning.approvals import (
     reject_target,
 )
 from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.projects.access import first_or_404
 from reviewapp.projects.models import KeyScope, Project
 from reviewapp.review.api import READ
-from reviewapp.traces.api.traces import ERRORS, _decode_cursor, _encode_cursor
+from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["review"])
 
@@ -97,15 +99,12 @@ def _group_json(group: FeedbackTargets) -> dict:
 
 
 def _get_target_for_project(project: Project, target_id: int) -> DistillationTarget:
-    target = (
+    targets = (
         DistillationTarget.objects.select_related("feedback__trace")
         .defer("feedback__trace__body", "feedback__trace__metadata")
         .filter(pk=target_id, feedback__trace__project=project)
-        .first()
     )
-    if target is None:
-        raise Http404(f"no target {target_id} in this project")
-    return target
+    return first_or_404(targets, f"no target {target_id} in this project")
 
 
 def _decided(target: DistillationTarget) -> dict:
@@ -126,14 +125,10 @@ def list_targets(request: HttpRequest, filters: Query[TargetFilters]):
         project=request.auth,
         state=filters.state,
         limit=filters.limit + 1,
-        before_feedback_id=_decode_cursor(filters.cursor) if filters.cursor else None,
+        before_feedback_id=decode_cursor(filters.cursor) if filters.cursor else None,
     )
-    more = len(groups) > filters.limit
-    groups = groups[: filters.limit]
-    return {
-        "feedback": [_group_json(group) for group in groups],
-        "next": _encode_cursor(groups[-1].feedback.pk) if more else None,
-    }
+    page, next_cursor = page_of(groups, filters.limit, key=lambda group: group.feedback.pk)
+    return {"feedback": [_group_json(group) for group in page], "next": next_cursor}
 
 
 def _choose(request: HttpRequest, target_id: int, decision: str, text: str | None = None) -> dict:

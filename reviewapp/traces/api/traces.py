@@ -1,18 +1,17 @@
 """Trace endpoints: batch ingest, list, read, feedback, outcome."""
 
-import base64
-import binascii
-
 from django.conf import settings
 from django.db.models import Count, Prefetch
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from reviewapp.api import schemas
 from reviewapp.api.auth import requires
+from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.learning.lineage import adapters_by_feedback
-from reviewapp.projects.models import ApiKey, KeyScope, Project
+from reviewapp.projects.access import first_or_404, get_trace_for_project
+from reviewapp.projects.models import ApiKey, KeyScope
 from reviewapp.review.feedback import (
     FeedbackError,
     delete_feedback,
@@ -35,13 +34,6 @@ ERRORS = {
     413: schemas.ErrorOut,
     422: schemas.ErrorOut,
 }
-
-
-def _get_trace_for_project(project: Project, external_id: str) -> Trace:
-    trace = Trace.objects.filter(project=project, external_id=external_id).first()
-    if trace is None:
-        raise Http404(f"no trace {external_id!r} in this project")
-    return trace
 
 
 def _reject_unstorable_text(payload: Schema) -> None:
@@ -133,17 +125,6 @@ class TraceFilters(Schema):
     cursor: str | None = None
 
 
-def _decode_cursor(cursor: str) -> int:
-    try:
-        return int(base64.urlsafe_b64decode(cursor.encode()).decode())
-    except (binascii.Error, ValueError, UnicodeError):
-        raise HttpError(400, "cursor: not a cursor this API returned") from None
-
-
-def _encode_cursor(trace_id: int) -> str:
-    return base64.urlsafe_b64encode(str(trace_id).encode()).decode()
-
-
 @router.get(
     "/traces",
     response={200: schemas.TraceListOut, **ERRORS},
@@ -165,14 +146,9 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
     if filters.q:
         traces = traces.filter(text_matches(filters.q))
     if filters.cursor:
-        traces = traces.filter(id__lt=_decode_cursor(filters.cursor))
-    page = list(traces[: filters.limit + 1])
-    more = len(page) > filters.limit
-    page = page[: filters.limit]
-    return {
-        "traces": [_summary(trace) for trace in page],
-        "next": _encode_cursor(page[-1].id) if more else None,
-    }
+        traces = traces.filter(id__lt=decode_cursor(filters.cursor))
+    page, next_cursor = page_of(traces, filters.limit, key=lambda trace: trace.id)
+    return {"traces": [_summary(trace) for trace in page], "next": next_cursor}
 
 
 @router.get(
@@ -182,7 +158,7 @@ def list_traces(request: HttpRequest, filters: Query[TraceFilters]):
     **requires(KeyScope.INGEST, KeyScope.REVIEW),
 )
 def get_trace(request: HttpRequest, external_id: str):
-    trace = _get_trace_for_project(request.auth, external_id)
+    trace = get_trace_for_project(request.auth, external_id)
     body = trace.body_json()
     tags = sorted(set(TraceTag.objects.filter(trace=trace).values_list("tag__name", flat=True)))
     feedback_rows = list(trace.feedback.select_related("api_key", "reviewer").order_by("id"))
@@ -220,7 +196,7 @@ def get_trace(request: HttpRequest, external_id: str):
     **requires(KeyScope.INGEST, KeyScope.REVIEW),
 )
 def post_feedback(request: HttpRequest, external_id: str, payload: schemas.FeedbackIn):
-    trace = _get_trace_for_project(request.auth, external_id)
+    trace = get_trace_for_project(request.auth, external_id)
     _reject_unstorable_text(payload)
     try:
         feedback, created = record_feedback(
@@ -268,9 +244,9 @@ def _deletion_refusal(feedback: Feedback, key: ApiKey) -> str:
 
 
 def _get_feedback_for_key(key: ApiKey, trace: Trace, feedback_id: int) -> Feedback:
-    feedback = trace.feedback.filter(pk=feedback_id).first()
-    if feedback is None:
-        raise Http404(f"no feedback {feedback_id} on this trace")
+    feedback = first_or_404(
+        trace.feedback.filter(pk=feedback_id), f"no feedback {feedback_id} on this trace"
+    )
     refusal = _deletion_refusal(feedback, key)
     if refusal:
         raise HttpError(403, refusal)
@@ -287,7 +263,7 @@ def _get_feedback_for_key(key: ApiKey, trace: Trace, feedback_id: int) -> Feedba
 def delete_feedback_by_api(request: HttpRequest, external_id: str, feedback_id: int):
     """204 when deleted; 200 with status `dismissed` when a run used its targets (the adapter's
     lineage keeps it); 403 naming why when the feedback is not this key's to delete."""
-    trace = _get_trace_for_project(request.auth, external_id)
+    trace = get_trace_for_project(request.auth, external_id)
     feedback = _get_feedback_for_key(request.api_key, trace, feedback_id)
     if delete_feedback(feedback=feedback):
         return Status(204, None)
@@ -301,7 +277,7 @@ def delete_feedback_by_api(request: HttpRequest, external_id: str, feedback_id: 
     **requires(KeyScope.INGEST),
 )
 def post_outcome(request: HttpRequest, external_id: str, payload: schemas.OutcomeIn):
-    trace = _get_trace_for_project(request.auth, external_id)
+    trace = get_trace_for_project(request.auth, external_id)
     try:
         trace = record_outcome(
             trace=trace,
