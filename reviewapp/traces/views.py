@@ -4,7 +4,7 @@ import json
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -13,12 +13,14 @@ from django_htmx.http import trigger_client_event
 from reviewapp.forms import FeedbackForm
 from reviewapp.learning.lineage import adapters_by_feedback
 from reviewapp.projects.access import (
+    first_or_404,
     get_admin_membership_for_user,
     get_membership_for_user,
     get_reviewer_membership_for_user,
     get_trace_for_membership,
     projects_for_user,
 )
+from reviewapp.projects.models import Membership
 from reviewapp.review.feedback import (
     FeedbackError,
     correct_feedback,
@@ -37,7 +39,7 @@ from reviewapp.traces.filters import (
     filtered_traces,
     search_matches,
 )
-from reviewapp.traces.models import Termination
+from reviewapp.traces.models import Termination, Trace
 from reviewapp.traces.rendering import conversation, tool_definitions
 
 PAGE_SIZE = 50
@@ -107,6 +109,11 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return render(request, "traces/list.html#trace-results", context)
     return render(request, "traces/list.html", context)
+
+
+def _get_trace_for_reviewer(user, slug: str, trace_id: int) -> tuple[Membership, Trace]:
+    membership = get_reviewer_membership_for_user(user, slug)
+    return membership, get_trace_for_membership(membership, trace_id)
 
 
 def _without_cursor(request: HttpRequest) -> str:
@@ -202,8 +209,7 @@ def _cut_turns(trace, turns) -> set[int]:
 @require_POST
 @login_required
 def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int) -> HttpResponse:
-    membership = get_reviewer_membership_for_user(request.user, slug)
-    trace = get_trace_for_membership(membership, trace_id)
+    membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
     tag = Tag.objects.filter(project=membership.project, pk=tag_id).first()
     if tag is None:
         return HttpResponse("no such tag", status=404)
@@ -218,8 +224,7 @@ def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int
 @require_POST
 @login_required
 def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse:
-    membership = get_reviewer_membership_for_user(request.user, slug)
-    trace = get_trace_for_membership(membership, trace_id)
+    membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
     body = trace.body_json()
     form = FeedbackForm(request.POST, turns=conversation(body["messages"]))
     if form.is_valid():
@@ -247,8 +252,7 @@ def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpRe
 def feedback_delete(
     request: HttpRequest, slug: str, trace_id: int, feedback_id: int
 ) -> HttpResponse:
-    membership = get_reviewer_membership_for_user(request.user, slug)
-    trace = get_trace_for_membership(membership, trace_id)
+    membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
     feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
     if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
         delete_feedback(feedback=feedback)
@@ -282,11 +286,10 @@ def feedback_correct(
     request: HttpRequest, slug: str, trace_id: int, feedback_id: int
 ) -> HttpResponse:
     """A reviewer writes the corrected turn for a feedback nothing usable came out of."""
-    membership = get_reviewer_membership_for_user(request.user, slug)
-    trace = get_trace_for_membership(membership, trace_id)
-    feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
-    if feedback is None:
-        raise Http404("no such feedback")
+    membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
+    feedback = first_or_404(
+        Feedback.objects.filter(trace=trace, pk=feedback_id), "no such feedback"
+    )
     error, status = "", 200
     try:
         correct_feedback(feedback=feedback, correction_text=request.POST.get("correction", ""))
