@@ -41,6 +41,11 @@ def _may_work(queue: Queue, user) -> bool:
     return not assignees.exists() or assignees.filter(pk=user.pk).exists()
 
 
+def _get_queue_for_user(user, slug: str, queue_id: int) -> tuple[Membership, Queue]:
+    membership = get_membership_for_user(user, slug)
+    return membership, get_queue_for_membership(membership, queue_id)
+
+
 def _get_workable_queue_for_user(user, slug: str, queue_id: int) -> tuple[Membership, Queue]:
     membership = get_reviewer_membership_for_user(user, slug)
     queue = get_queue_for_membership(membership, queue_id)
@@ -108,8 +113,7 @@ def queue_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 @login_required
 def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
-    membership = get_membership_for_user(request.user, slug)
-    queue = get_queue_for_membership(membership, queue_id)
+    membership, queue = _get_queue_for_user(request.user, slug, queue_id)
     context = _page(
         membership,
         queue=queue,
@@ -169,8 +173,7 @@ def _open_next_item(request: HttpRequest, membership: Membership, queue: Queue) 
 @login_required
 def queue_agreement(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     """Per-tag agreement over finished reviews, and the items where reviewers disagree."""
-    membership = get_membership_for_user(request.user, slug)
-    queue = get_queue_for_membership(membership, queue_id)
+    membership, queue = _get_queue_for_user(request.user, slug, queue_id)
     items, reviewers, assignments = _finished_reviews(queue)
     tags = {tag.pk: tag for tag in Tag.objects.filter(project=membership.project).order_by("name")}
     agreement = tag_agreement(assignments, tags)
