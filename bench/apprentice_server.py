@@ -10,12 +10,23 @@ from pathlib import Path
 ASGI_APP = "reviewapp.asgi:application"  # what production serves
 SERVER_SECRET_KEY = "bench-only-secret-key-not-for-production-0123456789-abcdefghijklmnop"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SERVER_STOP_TIMEOUT_S = 15.0
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """Ask a server process to stop; kill it when it has not within SERVER_STOP_TIMEOUT_S."""
+    process.terminate()
+    try:
+        process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=SERVER_STOP_TIMEOUT_S)
 
 
 def server_environment(database_url: str) -> dict[str, str]:

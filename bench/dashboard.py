@@ -18,7 +18,7 @@ import random
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -234,32 +234,40 @@ def trace_rows(project_id: int, count: int, seed: int) -> Iterator[dict]:
 
 
 def copy_traces(*, project_id: int, count: int, seed: int) -> float:
-    """COPY the synthetic traces into reviewapp_trace; seconds.
+    """COPY the synthetic traces into reviewapp_trace; seconds."""
+    return copy_trace_rows(
+        trace_rows(project_id, count, seed), columns=next(trace_rows(project_id, 1, seed))
+    )
 
-    Columns the generator does not know (added later to the model) get the model's default.
+
+def copy_trace_rows(rows: Iterable[dict], *, columns: Iterable[str]) -> float:
+    """COPY `rows`, drawn as they are written, into reviewapp_trace; seconds.
+
+    Columns the generator does not know (not in `columns`: added later to the model) get the
+    model's default.
     """
     from django.db import connection
 
     from reviewapp.traces.models import Trace
 
     fields = [field for field in Trace._meta.concrete_fields if not field.primary_key]
-    known = set(next(trace_rows(project_id, 1, seed)))
+    known = set(columns)
     defaults = {
         field.column: field.get_db_prep_save(field.get_default(), connection)
         for field in fields
         if field.column not in known
     }
-    columns = [field.column for field in fields]
+    copied = [field.column for field in fields]
     statement = sql.SQL("COPY reviewapp_trace ({}) FROM STDIN").format(
-        sql.SQL(", ").join(sql.Identifier(column) for column in columns)
+        sql.SQL(", ").join(sql.Identifier(column) for column in copied)
     )
     connection.ensure_connection()
     raw = connection.connection
     started = time.perf_counter()
     with raw.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in trace_rows(project_id, count, seed):
+        for row in rows:
             row.update(defaults)
-            copy.write_row([row[column] for column in columns])
+            copy.write_row([row[column] for column in copied])
     raw.commit()
     return time.perf_counter() - started
 

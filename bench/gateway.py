@@ -27,14 +27,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 import psutil
 import psycopg
-from apprentice_server import SERVER_SECRET_KEY, free_port, server_command, server_environment
-from scratch_db import scratch_database
+from apprentice_server import (
+    SERVER_SECRET_KEY,
+    free_port,
+    server_command,
+    server_environment,
+    stop_server,
+)
+from scratch_db import add_admin_url_argument, scratch_database, scratch_database_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/gateway.py` puts bench/, not the root, first
@@ -45,7 +51,6 @@ VLLM_MODEL = "SmolLM2-135M-Instruct"
 REQUEST_TIMEOUT_S = 30.0  # one call to the fast upstream; longer means something is broken
 VLLM_REQUEST_TIMEOUT_S = 120.0  # one short generation on a shared CPU
 SERVER_START_TIMEOUT_S = 60.0
-SERVER_STOP_TIMEOUT_S = 15.0
 RECORDING_TIMEOUT_S = 60.0  # how long recording may lag behind the last answer
 POLL_INTERVAL_S = 0.02
 # DEBUG off makes Django redirect plain HTTP to HTTPS; in production a TLS proxy sends this header.
@@ -88,7 +93,7 @@ class BenchConfig:
 
     @property
     def database_url(self) -> str:
-        return urlunsplit(urlsplit(self.admin_url)._replace(path=f"/{BENCH_DATABASE}"))
+        return scratch_database_url(self.admin_url, BENCH_DATABASE)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -112,13 +117,7 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     parser.add_argument("--vllm-url", default="http://127.0.0.1:8100/v1")
     parser.add_argument("--phase-timeout", type=float, default=120.0)
     parser.add_argument("--max-seconds", type=float, default=1500.0)
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get(
-            "BENCH_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-        help="an existing database to create the scratch one from (env BENCH_ADMIN_DATABASE_URL)",
-    )
+    add_admin_url_argument(parser)
     parser.add_argument(
         "--ports",
         type=_port_range,
@@ -290,12 +289,7 @@ def running_process(
             time.sleep(0.2)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+        stop_server(process)
 
 
 def _answers(url: str, headers: dict[str, str] | None = None) -> bool:

@@ -26,14 +26,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
 import psycopg
-from apprentice_server import SERVER_SECRET_KEY, free_port, server_command, server_environment
+from apprentice_server import (
+    SERVER_SECRET_KEY,
+    free_port,
+    server_command,
+    server_environment,
+    stop_server,
+)
 from psycopg import sql
-from scratch_db import scratch_database
+from scratch_db import add_admin_url_argument, scratch_database, scratch_database_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/ingest.py` puts bench/, not the root, first
@@ -41,7 +46,6 @@ sys.path.insert(0, str(REPO_ROOT))  # `python bench/ingest.py` puts bench/, not 
 BENCH_DATABASE = "apprentice_bench_ingest"
 REQUEST_TIMEOUT_S = 120.0  # one batch; a server that takes longer is broken, not slow
 SERVER_START_TIMEOUT_S = 60.0
-SERVER_STOP_TIMEOUT_S = 15.0
 # DEBUG off makes Django redirect plain HTTP to HTTPS; in production a TLS proxy sends this header.
 PROXY_HEADERS = {"X-Forwarded-Proto": "https"}
 
@@ -63,7 +67,7 @@ class BenchConfig:
 
     @property
     def database_url(self) -> str:
-        return urlunsplit(urlsplit(self.admin_url)._replace(path=f"/{BENCH_DATABASE}"))
+        return scratch_database_url(self.admin_url, BENCH_DATABASE)
 
 
 def parse_args() -> BenchConfig:
@@ -74,13 +78,7 @@ def parse_args() -> BenchConfig:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--admin-url",
-        default=os.environ.get(
-            "BENCH_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
-        ),
-        help="an existing database to create the scratch one from (env BENCH_ADMIN_DATABASE_URL)",
-    )
+    add_admin_url_argument(parser)
     return BenchConfig(**vars(parser.parse_args()))
 
 
@@ -295,12 +293,7 @@ def running_server(*, database_url: str, workers: int, api_key: str) -> Iterator
         _wait_until_up(process, server.base_url, api_key)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=SERVER_STOP_TIMEOUT_S)
+        stop_server(process)
 
 
 def _wait_until_up(process: subprocess.Popen, base_url: str, api_key: str) -> None:

@@ -25,7 +25,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from psycopg import sql
 from psycopg.types.json import Jsonb
 from scratch_db import (
     add_admin_url_argument,
@@ -37,7 +36,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dashboard import copy_reviews, setup_django, timed, trace_rows  # noqa: E402
+from dashboard import (  # noqa: E402
+    copy_reviews,
+    copy_trace_rows,
+    setup_django,
+    timed,
+    trace_rows,
+)
 
 BENCH_DATABASE = "apprentice_bench_monitors"
 
@@ -115,36 +120,12 @@ def with_facts(rows, seed: int, tally: Tally):
 
 
 def copy_traces_with_facts(*, project_id: int, count: int, seed: int, tally: Tally) -> float:
-    """COPY the synthetic traces with their facts into reviewapp_trace; seconds.
-
-    Columns neither generator knows (added later to the model) get the model's default.
-    """
-    from django.db import connection
-
-    from reviewapp.traces.models import Trace
-
-    fields = [field for field in Trace._meta.concrete_fields if not field.primary_key]
-    known = set(
-        next(with_facts(trace_rows(project_id, 1, seed), seed, Tally(Counter(), Counter())))
+    """COPY the synthetic traces with their facts into reviewapp_trace; seconds."""
+    uncounted = Tally(Counter(), Counter())  # the row drawn for its columns is not tallied
+    return copy_trace_rows(
+        with_facts(trace_rows(project_id, count, seed), seed, tally),
+        columns=next(with_facts(trace_rows(project_id, 1, seed), seed, uncounted)),
     )
-    defaults = {
-        field.column: field.get_db_prep_save(field.get_default(), connection)
-        for field in fields
-        if field.column not in known
-    }
-    columns = [field.column for field in fields]
-    statement = sql.SQL("COPY reviewapp_trace ({}) FROM STDIN").format(
-        sql.SQL(", ").join(sql.Identifier(column) for column in columns)
-    )
-    connection.ensure_connection()
-    raw = connection.connection
-    started = time.perf_counter()
-    with raw.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in with_facts(trace_rows(project_id, count, seed), seed, tally):
-            row.update(defaults)
-            copy.write_row([row[column] for column in columns])
-    raw.commit()
-    return time.perf_counter() - started
 
 
 def check_exact(monitor, tally: Tally) -> int:
