@@ -204,6 +204,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A run whose worker has not reported for this long is failed (its worker died).
 TRAINING_HEARTBEAT_TIMEOUT_SECONDS = env.int("TRAINING_HEARTBEAT_TIMEOUT_SECONDS", default=600)
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Tasks are sent by name (reviewapp/jobs.py) from processes that never import them, so a task's
+# queue is given here, by its name, not on its decorator; every task not listed goes to `default`.
+CELERY_TASK_ROUTES = {"training.run_training": {"queue": "gpu"}}
 
 # Ingest limits: big enough for real agent traces, small enough that one request can't hurt.
 INGEST_MAX_BODY_BYTES = env.int("INGEST_MAX_BODY_BYTES", default=32 * 1024 * 1024)

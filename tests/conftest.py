@@ -1,12 +1,34 @@
 import pytest
 from django.contrib.auth import get_user_model
 
+from reviewapp import jobs
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Membership
 from reviewapp.projects.services import create_api_key, create_project
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
+
+
+class Enqueued(list):
+    """The jobs sent through reviewapp.jobs, in order: (task name, args, countdown) each."""
+
+    def of(self, task_name: str) -> list[tuple]:
+        """The arguments of each job of that task, in order."""
+        return [args for name, args, _ in self if name == task_name]
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> Enqueued:
+    """Jobs are kept here instead of sent to the broker: no worker runs in these tests
+    (tests/site/test_jobs.py sends them for real)."""
+    sent = Enqueued()
+
+    def enqueue(task_name: str, *args, countdown: float | None = None) -> None:
+        sent.append((task_name, args, countdown))
+
+    monkeypatch.setattr(jobs, "enqueue", enqueue)
+    return sent
 
 
 @pytest.fixture

@@ -33,9 +33,9 @@ from reviewapp.gateway.conversation import (
     prefix_digests,
 )
 from reviewapp.gateway.models import ModelCall
+from reviewapp.jobs import after_traces_changed, settle_when_quiet
 from reviewapp.monitors.facts import TraceFacts, add_message_facts
 from reviewapp.monitors.rollups import roll_up_traces
-from reviewapp.monitors.tasks import after_traces_changed, settle_when_quiet
 from reviewapp.traces.chat import preview_text
 from reviewapp.traces.ingest import SEARCH_TEXT_MAX_CHARS, search_text
 from reviewapp.traces.models import Termination, Trace, TraceSegment, TraceSource

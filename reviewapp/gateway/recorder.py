@@ -18,7 +18,7 @@ import time
 from django.db import InterfaceError, OperationalError, connection
 
 from reviewapp.gateway.calls import RecordedCall, record_model_calls
-from reviewapp.monitors.tasks import settle_when_quiet
+from reviewapp.jobs import settle_when_quiet
 
 logger = logging.getLogger(__name__)
 

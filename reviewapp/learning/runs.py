@@ -24,6 +24,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from reviewapp import jobs
 from reviewapp.learning.dataset import build_training_set
 from reviewapp.learning.models import (
     ACTIVE_RUN_STATUSES,
@@ -186,8 +187,6 @@ def _stale() -> Q:
 @transaction.atomic
 def start_retrain(*, project: Project, mode: str = "sft", created_by=None) -> TrainingRun:
     """Queue a run on everything approved, its data split fixed now; one active run at a time."""
-    from reviewapp.learning.tasks import run_training
-
     Project.objects.select_for_update().filter(pk=project.pk).first()  # one starter at a time
     fail_stale_runs(project=project)
     if TrainingRun.objects.filter(project=project, status__in=ACTIVE_RUN_STATUSES).exists():
@@ -220,7 +219,7 @@ def start_retrain(*, project: Project, mode: str = "sft", created_by=None) -> Tr
         metrics={"exclusions": training_set.as_json()},
     )
     run.targets.set(training_set.targets)
-    run_training.delay_on_commit(run.pk)
+    jobs.enqueue_on_commit(jobs.RUN_TRAINING, run.pk)
     return run
 
 
@@ -299,8 +298,6 @@ def resend_lost_work() -> dict[str, int]:
     was down, or lost its queues, leaves queued runs and open feedback with no message: they are
     sent again. Both tasks claim their work, so a message sent twice costs only a no-op.
     """
-    from reviewapp.learning.tasks import propose_targets_for_feedback, run_training
-
     failed = (
         TrainingRun.objects.filter(_stale())
         .filter(status__in=(RunStatus.EVALUATING, RunStatus.DEPLOYING))
@@ -318,12 +315,12 @@ def resend_lost_work() -> dict[str, int]:
         *resumable.values_list("pk", flat=True),
     ]
     for run_id in runs:
-        run_training.delay(run_id)
+        jobs.enqueue(jobs.RUN_TRAINING, run_id)
     feedback_ids = list(
         Feedback.objects.filter(status=FeedbackStatus.OPEN, targets__isnull=True).values_list(
             "pk", flat=True
         )
     )
     for feedback_id in feedback_ids:
-        propose_targets_for_feedback.delay(feedback_id)
+        jobs.enqueue(jobs.PROPOSE_TARGETS, feedback_id)
     return {"failed_runs": failed, "runs": len(runs), "feedback": len(feedback_ids)}

@@ -11,10 +11,10 @@ from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
 from messages.text import message_text
+from reviewapp import jobs
 from reviewapp.learning.models import DistillationTarget
 from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.monitors.similarity import similarity_between
-from reviewapp.monitors.tasks import after_traces_changed, embed_traces
 from reviewapp.projects.models import ApiKey, KeyScope
 from reviewapp.projects.project_settings import settings_for
 from reviewapp.review.models import CopiedFeedback, Feedback, FeedbackStatus
@@ -150,10 +150,7 @@ def mark_feedback_failed(*, feedback_id: int, reason: str) -> bool:
 
 
 def _ask_for_targets(feedback: Feedback) -> None:
-    # Late: the learning tasks import the models.
-    from reviewapp.learning.tasks import propose_targets_for_feedback
-
-    propose_targets_for_feedback.delay_on_commit(feedback.pk)
+    jobs.enqueue_on_commit(jobs.PROPOSE_TARGETS, feedback.pk)
 
 
 @transaction.atomic
@@ -315,7 +312,8 @@ def record_feedback(
         _ask_for_targets(feedback)
         if correction is not None and feedback.from_reviewer:
             retry_failed_alike(feedback=feedback)
-    embed_traces.delay_on_commit([trace.pk])  # a trace's text for similarity includes feedback
+    # A trace's text for similarity includes its feedback.
+    jobs.enqueue_on_commit(jobs.EMBED_TRACES, [trace.pk])
     return feedback, True
 
 
@@ -361,7 +359,7 @@ def record_outcome(
         roll_up_traces(trace_ids=[trace.pk])  # the monitors count outcomes and terminations
     for name, value in changes.items():
         setattr(trace, name, value)
-    after_traces_changed([trace.pk])  # rules may match on the outcome or termination
+    jobs.after_traces_changed([trace.pk])  # rules may match on the outcome or termination
     return trace
 
 

@@ -12,9 +12,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from messages.text import message_text
+from reviewapp.jobs import after_traces_changed
 from reviewapp.monitors.facts import facts_of
 from reviewapp.monitors.rollups import roll_up_traces
-from reviewapp.monitors.tasks import after_traces_changed
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.chat import (

@@ -15,12 +15,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reviewapp.gateway import calls, conversation
+from reviewapp import jobs
+from reviewapp.gateway import calls, conversation, tasks
 from reviewapp.gateway.calls import RecordedCall, record_model_call, record_model_calls
 from reviewapp.gateway.conversation import canonical_message
 from reviewapp.gateway.models import ModelCall
 from reviewapp.gateway.recorder import CallRecorder
-from reviewapp.monitors import tasks
 from reviewapp.monitors.facts import facts_of
 from reviewapp.traces import ingest
 from reviewapp.traces.ingest import search_text
@@ -113,19 +113,13 @@ def stored_bytes() -> int:
         return cursor.fetchone()[0]
 
 
-@pytest.fixture
-def settles(monkeypatch) -> list:
-    """The traces the recorder asks to settle, one entry per trace asked for (no worker runs
-    here)."""
-    asked = []
-    monkeypatch.setattr(
-        tasks.settle_traces, "apply_async", lambda args, countdown: asked.extend(args[0])
-    )
-    return asked
+def asked_to_settle(enqueued) -> list[int]:
+    """The traces the recorder asked to settle, one entry per trace asked for."""
+    return [trace_id for (trace_ids,) in enqueued.of(jobs.SETTLE_TRACES) for trace_id in trace_ids]
 
 
 @pytest.mark.django_db
-def test_a_long_episode_is_stored_once_not_once_per_call(project, settles):
+def test_a_long_episode_is_stored_once_not_once_per_call(project, enqueued):
     messages, _ = run_episode(project, 60)
 
     conversation = len(orjson.dumps(messages))
@@ -138,10 +132,8 @@ def test_a_long_episode_is_stored_once_not_once_per_call(project, settles):
 
 @pytest.mark.django_db
 def test_readers_see_the_whole_conversation_before_and_after_it_settles(
-    project, settles, settings, django_capture_on_commit_callbacks, monkeypatch
+    project, enqueued, settings, django_capture_on_commit_callbacks
 ):
-    monkeypatch.setattr(tasks.triage_traces, "delay", lambda ids: None)
-    monkeypatch.setattr(tasks.embed_traces, "delay", lambda ids: None)
     messages, _ = run_episode(project, 12, trace_id="episode-9")
     trace = Trace.objects.get()
     assert trace.body_json() == {"messages": messages, "tools": TOOLS}
@@ -157,7 +149,7 @@ def test_readers_see_the_whole_conversation_before_and_after_it_settles(
 
 @pytest.mark.django_db
 def test_the_trace_page_and_the_api_show_messages_still_in_segments(
-    project, settles, api, client, bob
+    project, enqueued, api, client, bob
 ):
     messages, _ = run_episode(project, 6, trace_id="episode-4")
     trace = Trace.objects.get()
@@ -171,7 +163,7 @@ def test_the_trace_page_and_the_api_show_messages_still_in_segments(
 
 
 @pytest.mark.django_db
-def test_summary_columns_match_the_whole_conversation(project, settles):
+def test_summary_columns_match_the_whole_conversation(project, enqueued):
     messages, _ = run_episode(project, 25)
     trace = Trace.objects.get()
 
@@ -187,7 +179,7 @@ def test_summary_columns_match_the_whole_conversation(project, settles):
 
 @pytest.mark.django_db
 def test_search_text_kept_incrementally_is_the_whole_conversation_s_when_cut(
-    project, settles, monkeypatch
+    project, enqueued, monkeypatch
 ):
     monkeypatch.setattr(calls, "SEARCH_TEXT_MAX_CHARS", 3000)
     monkeypatch.setattr(ingest, "SEARCH_TEXT_MAX_CHARS", 3000)
@@ -198,7 +190,7 @@ def test_search_text_kept_incrementally_is_the_whole_conversation_s_when_cut(
 
 @pytest.mark.parametrize("trace_id", ["episode-3", ""], ids=["X-Trace-Id", "prefix merging"])
 @pytest.mark.django_db
-def test_a_late_call_canonicalises_only_its_new_messages(project, settles, monkeypatch, trace_id):
+def test_a_late_call_canonicalises_only_its_new_messages(project, enqueued, monkeypatch, trace_id):
     messages, _ = run_episode(project, 40, trace_id=trace_id)
     canonicalised = []
     original = conversation.canonical_message
@@ -214,7 +206,7 @@ def test_a_late_call_canonicalises_only_its_new_messages(project, settles, monke
 
 
 @pytest.mark.django_db
-def test_each_call_s_request_is_rebuilt_from_the_trace(project, settles):
+def test_each_call_s_request_is_rebuilt_from_the_trace(project, enqueued):
     _, sent = run_episode(project, 8)
 
     calls = list(ModelCall.objects.order_by("id"))
@@ -224,7 +216,7 @@ def test_each_call_s_request_is_rebuilt_from_the_trace(project, settles):
 
 
 @pytest.mark.django_db
-def test_a_call_that_rewrites_history_appends_as_before_and_keeps_its_request(project, settles):
+def test_a_call_that_rewrites_history_appends_as_before_and_keeps_its_request(project, enqueued):
     first = [{"role": "user", "content": "Plan the trip."}]
     record_model_call(call_of(project, first, answer(0), trace_id="t"))
     # The harness summarised its history: a different first message, same trace id.
@@ -239,7 +231,7 @@ def test_a_call_that_rewrites_history_appends_as_before_and_keeps_its_request(pr
 
 
 @pytest.mark.django_db
-def test_an_answer_re_sent_with_cosmetic_changes_is_not_stored_again(project, settles):
+def test_an_answer_re_sent_with_cosmetic_changes_is_not_stored_again(project, enqueued):
     messages = [{"role": "user", "content": "Go."}]
     for turn in range(4):
         record_model_call(call_of(project, messages, answer(turn), trace_id="t"))
@@ -256,7 +248,7 @@ def test_an_answer_re_sent_with_cosmetic_changes_is_not_stored_again(project, se
 
 
 @pytest.mark.django_db
-def test_an_earlier_message_edited_in_place_is_noticed(project, settles):
+def test_an_earlier_message_edited_in_place_is_noticed(project, enqueued):
     messages, _ = run_episode(project, 5, trace_id="t")
     edited = [dict(message) for message in messages]
     edited[1]["content"] = "Fix the failing test, and be quick."  # same length of history
@@ -267,7 +259,7 @@ def test_an_earlier_message_edited_in_place_is_noticed(project, settles):
 
 
 @pytest.mark.django_db
-def test_a_new_tool_joins_the_trace_and_each_call_keeps_the_tools_it_sent(project, settles):
+def test_a_new_tool_joins_the_trace_and_each_call_keeps_the_tools_it_sent(project, enqueued):
     messages = [{"role": "user", "content": "Go."}]
     record_model_call(call_of(project, messages, answer(0), trace_id="t"))
     more = [*TOOLS, {"type": "function", "function": {"name": "deploy"}}]
@@ -282,7 +274,7 @@ def test_a_new_tool_joins_the_trace_and_each_call_keeps_the_tools_it_sent(projec
 
 
 @pytest.mark.django_db
-def test_prefix_merging_finds_the_trace_without_a_header(project, settles):
+def test_prefix_merging_finds_the_trace_without_a_header(project, enqueued):
     messages, _ = run_episode(project, 6)
     assert Trace.objects.count() == 1
     assert Trace.objects.get().message_count == len(messages)
@@ -290,36 +282,35 @@ def test_prefix_merging_finds_the_trace_without_a_header(project, settles):
 
 @pytest.mark.django_db
 def test_a_quiet_episode_asks_for_one_settle_and_settles_once(
-    project, settles, settings, monkeypatch, django_capture_on_commit_callbacks
+    project, enqueued, settings, django_capture_on_commit_callbacks
 ):
-    triaged, embedded = [], []
-    monkeypatch.setattr(tasks.triage_traces, "delay", triaged.append)
-    monkeypatch.setattr(tasks.embed_traces, "delay", embedded.append)
     with django_capture_on_commit_callbacks(execute=True):
         run_episode(project, 10, trace_id="busy")
     trace = Trace.objects.get()
-    assert settles == [trace.pk]  # ten calls, one settle task
-    assert triaged == embedded == []  # recording alone triages nothing
+    assert asked_to_settle(enqueued) == [trace.pk]  # ten calls, one settle task
+    # Recording alone triages and embeds nothing.
+    assert enqueued.of(jobs.TRIAGE_TRACES) == enqueued.of(jobs.EMBED_TRACES) == []
 
     # Still busy when the task comes: it waits again and nothing runs yet.
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.settle_trace(trace.pk) is False
-    assert settles == [trace.pk, trace.pk] and triaged == []
+    assert asked_to_settle(enqueued) == [trace.pk, trace.pk]
+    assert enqueued.of(jobs.TRIAGE_TRACES) == []
 
     Trace.objects.filter(pk=trace.pk).update(updated_at=timezone.now() - timedelta(minutes=5))
     with django_capture_on_commit_callbacks(execute=True):
         assert tasks.settle_trace(trace.pk) is True
-    assert triaged == embedded == [[trace.pk]]
+    assert enqueued.of(jobs.TRIAGE_TRACES) == enqueued.of(jobs.EMBED_TRACES) == [([trace.pk],)]
 
     # A call after it settled starts the next quiet period.
     with django_capture_on_commit_callbacks(execute=True):
         messages = trace.body_json()["messages"]
         record_model_call(call_of(project, messages, answer(99), trace_id="busy"))
-    assert settles == [trace.pk, trace.pk, trace.pk]
+    assert asked_to_settle(enqueued) == [trace.pk, trace.pk, trace.pk]
 
 
 @pytest.mark.django_db
-def test_a_batch_of_calls_is_one_transaction_with_one_insert_per_table(project, settles):
+def test_a_batch_of_calls_is_one_transaction_with_one_insert_per_table(project, enqueued):
     messages = [{"role": "user", "content": "Start."}]
     batch = []
     for turn in range(20):
@@ -338,7 +329,9 @@ def test_a_batch_of_calls_is_one_transaction_with_one_insert_per_table(project, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_recorder_writes_what_queued_up_and_skips_only_a_call_it_cannot_store(project, settles):
+def test_the_recorder_writes_what_queued_up_and_skips_only_a_call_it_cannot_store(
+    project, enqueued
+):
     recorder = CallRecorder()
     gate = threading.Event()
     original = recorder._write
@@ -363,7 +356,7 @@ def test_the_recorder_writes_what_queued_up_and_skips_only_a_call_it_cannot_stor
 
 
 @pytest.mark.django_db
-def test_a_trace_recorded_before_segments_is_continued_by_the_next_call(project, settles):
+def test_a_trace_recorded_before_segments_is_continued_by_the_next_call(project, enqueued):
     """Stored whole, with the old tail hash and no bookkeeping: the upgrade's migration rehashes
     it, and the next call (no header: prefix merging) joins it and appends only its news."""
     from django.apps import apps

@@ -9,26 +9,22 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reviewapp.gateway import calls, conversation
+from reviewapp import jobs
+from reviewapp.gateway import calls, conversation, tasks
 from reviewapp.gateway import recorder as recorder_module
 from reviewapp.gateway.calls import insert_rows, record_model_calls
 from reviewapp.gateway.models import ModelCall
 from reviewapp.gateway.recorder import CallRecorder
-from reviewapp.monitors import tasks
 from reviewapp.traces.models import Trace, TraceSegment
 from tests.gateway.test_gateway_episode import answer, call_of, run_episode
 
 
-@pytest.fixture
-def settles(monkeypatch) -> list:
-    """The settle tasks asked for: (trace ids, countdown) each (no worker runs here)."""
-    asked = []
-
-    def apply_async(args, countdown):
-        asked.append((args[0], countdown))
-
-    monkeypatch.setattr(tasks.settle_traces, "apply_async", apply_async)
-    return asked
+def settle_tasks(enqueued) -> list[tuple[list[int], float]]:
+    """The settle tasks asked for: (trace ids, countdown) each."""
+    settles = [
+        (args, countdown) for name, args, countdown in enqueued if name == jobs.SETTLE_TRACES
+    ]
+    return [(trace_ids, countdown) for (trace_ids,), countdown in settles]
 
 
 def first_call(project, number: int, **kwargs):
@@ -38,7 +34,7 @@ def first_call(project, number: int, **kwargs):
 
 @pytest.mark.django_db
 def test_the_traces_a_batch_starts_are_inserted_in_one_statement_without_a_lookup(
-    project, settles, monkeypatch
+    project, enqueued, monkeypatch
 ):
     looked_up = []
     original = calls._traces
@@ -60,7 +56,7 @@ def test_the_traces_a_batch_starts_are_inserted_in_one_statement_without_a_looku
 @pytest.mark.parametrize("trace_id", ["t-1", ""], ids=["X-Trace-Id", "prefix merging"])
 @pytest.mark.django_db
 def test_a_call_continues_a_trace_started_earlier_in_its_batch(
-    project, settles, trace_id, django_capture_on_commit_callbacks
+    project, enqueued, trace_id, django_capture_on_commit_callbacks
 ):
     messages = [{"role": "user", "content": "Go."}]
     later = [*messages, answer(0), {"role": "tool", "tool_call_id": "call-0", "content": "ok"}]
@@ -80,7 +76,8 @@ def test_a_call_continues_a_trace_started_earlier_in_its_batch(
     assert trace.message_count == 4
     assert ModelCall.objects.get(pk=rows[2].pk).request_json()["messages"] == later
     # One task for the batch, once it committed.
-    assert [ids for ids, _ in settles] == [sorted({rows[0].trace_id, rows[1].trace_id})]
+    first_trace_ids = sorted({rows[0].trace_id, rows[1].trace_id})
+    assert [ids for ids, _ in settle_tasks(enqueued)] == [first_trace_ids]
 
 
 @pytest.mark.django_db
@@ -124,7 +121,7 @@ def test_rows_inserted_in_one_statement_read_back_as_the_orm_stores_them(project
 
 @pytest.mark.django_db
 def test_traces_not_quiet_yet_wait_in_one_task_per_second_still_to_wait(
-    project, settles, settings, monkeypatch
+    project, enqueued, settings, monkeypatch
 ):
     triaged = []
     monkeypatch.setattr(calls, "after_traces_changed", triaged.append)
@@ -132,14 +129,14 @@ def test_traces_not_quiet_yet_wait_in_one_task_per_second_still_to_wait(
     now = timezone.now()
     rows = record_model_calls([first_call(project, number) for number in range(4)])
     ids = [row.trace_id for row in rows]
-    settles.clear()
+    enqueued.clear()
     for trace_id, ago in zip(ids, (300, 30.5, 30.2, 10), strict=True):
         Trace.objects.filter(pk=trace_id).update(updated_at=now - timedelta(seconds=ago))
 
     assert tasks.settle_traces([*ids, 10**9]) == 2  # one settled, one gone
 
     assert triaged == [[ids[0]]]
-    assert settles == [([ids[1], ids[2]], 30), ([ids[3]], 50)]
+    assert settle_tasks(enqueued) == [([ids[1], ids[2]], 30), ([ids[3]], 50)]
 
 
 def test_calls_arriving_close_together_are_written_in_one_transaction(monkeypatch):
@@ -210,7 +207,7 @@ def test_a_settle_the_broker_refused_is_asked_again(monkeypatch):
 @pytest.mark.parametrize("remembered", [True, False], ids=["in memory", "by fingerprint"])
 @pytest.mark.django_db
 def test_a_long_history_re_sent_is_not_serialised_when_this_thread_recorded_it(
-    project, settles, monkeypatch, remembered
+    project, enqueued, monkeypatch, remembered
 ):
     messages, _ = run_episode(project, 30, trace_id="long")
     if not remembered:  # another process recorded the episode so far

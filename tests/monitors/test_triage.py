@@ -5,6 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from reviewapp import jobs
+from reviewapp.gateway import tasks as gateway_tasks
 from reviewapp.gateway.calls import RecordedCall, record_model_call
 from reviewapp.monitors import tasks
 from reviewapp.monitors.models import TriageMatch, TriageRule
@@ -56,6 +58,12 @@ def queue(project):
 
 def make_rule(project, queue, **conditions) -> TriageRule:
     return TriageRule.objects.create(project=project, name="rule", queue=queue, **conditions)
+
+
+def run_triage(enqueued) -> None:
+    """Run the triage jobs sent so far, as the worker would."""
+    for args in enqueued.of(jobs.TRIAGE_TRACES):
+        tasks.triage_traces(*args)
 
 
 def queued(queue) -> set[str]:
@@ -160,36 +168,34 @@ def test_a_trace_is_never_queued_twice_by_two_rules(project, queue):
 
 
 def test_new_traces_are_triaged_once_ingest_commits(
-    project, queue, api, monkeypatch, django_capture_on_commit_callbacks
+    project, queue, api, enqueued, django_capture_on_commit_callbacks
 ):
     make_rule(project, queue, termination="timeout")
     make_rule(project, Queue.objects.create(project=project, name="off"), enabled=False, text="a")
-    embedded = []
-    monkeypatch.setattr(tasks.triage_traces, "delay", tasks.triage_traces)  # run it inline
-    monkeypatch.setattr(tasks.embed_traces, "delay", embedded.append)
 
     with django_capture_on_commit_callbacks(execute=True):
         response = api.post(
             "/api/v1/traces",
             {"traces": [make_trace("late", termination="timeout"), make_trace("fine")]},
         )
+    run_triage(enqueued)
 
     assert response.status_code == 207
     assert queued(queue) == {"late"}
     assert QueueItem.objects.exclude(queue=queue).count() == 0  # the disabled rule did nothing
-    assert sorted(embedded[0]) == sorted(project.traces.values_list("id", flat=True))
+    [(embedded,)] = enqueued.of(jobs.EMBED_TRACES)
+    assert sorted(embedded) == sorted(project.traces.values_list("id", flat=True))
 
 
 def test_a_reported_outcome_is_triaged(
-    project, queue, monkeypatch, django_capture_on_commit_callbacks
+    project, queue, enqueued, django_capture_on_commit_callbacks
 ):
     trace = store(project, make_trace("t", outcome=None))["t"]
     make_rule(project, queue, outcome="failure")
-    monkeypatch.setattr(tasks.triage_traces, "delay", tasks.triage_traces)
-    monkeypatch.setattr(tasks.embed_traces, "delay", lambda ids: None)
 
     with django_capture_on_commit_callbacks(execute=True):
         record_outcome(trace=trace, success=False)
+    run_triage(enqueued)
 
     assert queued(queue) == {"t"}
 
@@ -205,15 +211,9 @@ def test_run_now_task_skips_a_disabled_rule(project, queue):
 
 
 def test_a_recorded_gateway_call_is_triaged_and_embedded_once_it_goes_quiet(
-    project, queue, monkeypatch, settings, django_capture_on_commit_callbacks
+    project, queue, enqueued, settings, django_capture_on_commit_callbacks
 ):
     make_rule(project, queue, termination="timeout")
-    embedded, settles = [], []
-    monkeypatch.setattr(tasks.triage_traces, "delay", tasks.triage_traces)
-    monkeypatch.setattr(tasks.embed_traces, "delay", embedded.append)
-    monkeypatch.setattr(
-        tasks.settle_traces, "apply_async", lambda args, countdown: settles.append(args)
-    )
     call = RecordedCall(
         project_id=project.pk,
         trace_id_header="episode-1",
@@ -234,11 +234,14 @@ def test_a_recorded_gateway_call_is_triaged_and_embedded_once_it_goes_quiet(
 
     with django_capture_on_commit_callbacks(execute=True):
         record_model_call(call)
+    run_triage(enqueued)
     trace = Trace.objects.get(external_id="episode-1")
-    assert settles == [([trace.pk],)] and queued(queue) == set() and embedded == []
+    assert enqueued.of(jobs.SETTLE_TRACES) == [([trace.pk],)] and queued(queue) == set()
+    assert enqueued.of(jobs.EMBED_TRACES) == []
 
     settings.GATEWAY_QUIET_SECONDS = 0
     with django_capture_on_commit_callbacks(execute=True):
-        assert tasks.settle_trace(trace.pk) is True
+        assert gateway_tasks.settle_trace(trace.pk) is True
+    run_triage(enqueued)
     assert queued(queue) == {"episode-1"}
-    assert embedded == [[trace.pk]]
+    assert enqueued.of(jobs.EMBED_TRACES) == [([trace.pk],)]

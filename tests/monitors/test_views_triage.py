@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from django.test import Client
 
+from reviewapp import jobs
 from reviewapp.monitors import embeddings as similarity
-from reviewapp.monitors import tasks
 from reviewapp.monitors.models import TraceEmbedding, TriageRule
 from reviewapp.monitors.triage import route_traces
 from reviewapp.review.feedback import record_feedback
@@ -178,18 +178,15 @@ def test_changed_conditions_forget_what_the_rule_matched(alice, traces, rule, qu
 
 
 def test_run_now_hands_the_rule_to_the_worker(
-    alice, rule, monkeypatch, django_capture_on_commit_callbacks
+    alice, rule, enqueued, django_capture_on_commit_callbacks
 ):
-    sent = []
-    monkeypatch.setattr(tasks.run_triage_rule, "delay", sent.append)
-
     with django_capture_on_commit_callbacks(execute=True):
         response = logged_in(alice).post(
             f"/p/acme/triage/rules/{rule.pk}/run/", headers={"HX-Request": "true"}
         )
 
     assert response.status_code == 200
-    assert sent == [rule.pk]
+    assert enqueued.of(jobs.RUN_TRIAGE_RULE) == [(rule.pk,)]
     assert "Running “Timeouts”" in response.content.decode()
 
 

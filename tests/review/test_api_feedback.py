@@ -1,5 +1,6 @@
 import pytest
 
+from reviewapp import jobs
 from reviewapp.review.models import Feedback
 from reviewapp.traces.models import Trace
 from tests.factories import make_trace
@@ -147,13 +148,9 @@ def test_openapi_document_lists_the_contract(client):
 
 
 def test_new_feedback_asks_a_worker_for_targets_once_committed(
-    api, stored, django_capture_on_commit_callbacks, monkeypatch
+    api, stored, django_capture_on_commit_callbacks, enqueued
 ):
-    from reviewapp.learning import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.propose_targets_for_feedback, "delay", sent.append)
     with django_capture_on_commit_callbacks(execute=True):
         api.post(FEEDBACK, {"text": "Say the result first.", "turn": 4})
         api.post(FEEDBACK, {"text": "Say the result first.", "turn": 4})  # a resend
-    assert sent == [Feedback.objects.get().pk]
+    assert enqueued.of(jobs.PROPOSE_TARGETS) == [(Feedback.objects.get().pk,)]

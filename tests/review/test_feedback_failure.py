@@ -3,6 +3,7 @@ page (review/feedback.py, review/feedback_health.py)."""
 
 import pytest
 
+from reviewapp import jobs
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.feedback import mark_feedback_failed, record_feedback
 from reviewapp.review.feedback_health import unusable_feedback
@@ -33,15 +34,11 @@ def test_feedback_too_long_for_the_context_is_failed_with_the_reason(trace, smal
 
 
 def test_feedback_too_long_asks_no_worker_for_targets(
-    trace, small_context, django_capture_on_commit_callbacks, monkeypatch
+    trace, small_context, django_capture_on_commit_callbacks, enqueued
 ):
-    from reviewapp.learning import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.propose_targets_for_feedback, "delay", sent.append)
     with django_capture_on_commit_callbacks(execute=True):
         record_feedback(trace=trace, text="Say the result first. " * 10, turn=4)
-    assert sent == []
+    assert enqueued.of(jobs.PROPOSE_TARGETS) == []
 
 
 def test_feedback_that_fits_stays_open(trace):

@@ -4,6 +4,7 @@ Retrain page; the correction becomes its target with no teacher."""
 import pytest
 from django.test import Client
 
+from reviewapp import jobs
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.learning.proposals import propose_targets_for
 from reviewapp.projects.project_settings import update_settings
@@ -29,12 +30,9 @@ def failed(trace):
 
 
 @pytest.fixture
-def sent(monkeypatch):
-    from reviewapp.learning import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.propose_targets_for_feedback, "delay", sent.append)
-    return sent
+def sent(enqueued):
+    """The feedback ids sent to the targets task, read when asked."""
+    return lambda: [feedback_id for (feedback_id,) in enqueued.of(jobs.PROPOSE_TARGETS)]
 
 
 def logged_in(user) -> Client:
@@ -75,7 +73,7 @@ def test_a_correction_reopens_the_feedback_and_becomes_its_approved_target(
     stored = Feedback.objects.get(pk=failed.pk)
     assert (stored.status, stored.failure_reason) == (FeedbackStatus.OPEN, "")
     assert stored.correction == {"role": "assistant", "content": "84."}
-    assert sent == [failed.pk]
+    assert sent() == [failed.pk]
     # The worker's task: a correction needs no teacher.
     assert propose_targets_for(feedback_id=failed.pk) == 1
     target = DistillationTarget.objects.get()
@@ -93,7 +91,7 @@ def test_an_empty_correction_is_422_naming_it(bob, failed, sent):
     assert response.status_code == 422
     assert "write the corrected turn" in response.content.decode()
     assert Feedback.objects.get(pk=failed.pk).status == FeedbackStatus.FAILED
-    assert sent == []
+    assert sent() == []
 
 
 def test_a_correction_that_still_does_not_fit_the_context_is_422(bob, project, failed, sent):

@@ -3,6 +3,7 @@
 import pytest
 from django.test import Client
 
+from reviewapp import jobs
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.feedback import mark_feedback_failed, record_feedback
 from reviewapp.review.models import Feedback, FeedbackStatus
@@ -24,12 +25,9 @@ def failed(trace):
 
 
 @pytest.fixture
-def sent(monkeypatch):
-    from reviewapp.learning import tasks
-
-    sent = []
-    monkeypatch.setattr(tasks.propose_targets_for_feedback, "delay", sent.append)
-    return sent
+def sent(enqueued):
+    """The feedback ids sent to the targets task, read when asked."""
+    return lambda: [feedback_id for (feedback_id,) in enqueued.of(jobs.PROPOSE_TARGETS)]
 
 
 def logged_in(user) -> Client:
@@ -61,7 +59,7 @@ def test_it_reopens_the_feedback_and_asks_for_targets(
     assert response.status_code == 302
     stored = Feedback.objects.get(pk=failed.pk)
     assert (stored.status, stored.failure_reason) == (FeedbackStatus.OPEN, "")
-    assert sent == [failed.pk]
+    assert sent() == [failed.pk]
 
 
 def test_it_keeps_feedback_failed_while_it_still_does_not_fit(
@@ -73,7 +71,7 @@ def test_it_keeps_feedback_failed_while_it_still_does_not_fit(
     stored = Feedback.objects.get(pk=failed.pk)
     assert stored.status == FeedbackStatus.FAILED
     assert "too long for the model's context" in stored.failure_reason
-    assert sent == []
+    assert sent() == []
 
 
 def test_it_forbids_reviewers(bob, failed, sent):

@@ -7,10 +7,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from reviewapp import jobs
 from reviewapp.forms import CONDITION_FIELDS, ApplyFeedbackForm, TriageRuleForm
 from reviewapp.monitors.models import TriageRule
 from reviewapp.monitors.similarity import failure_clusters, similar_traces, suggested_tags
-from reviewapp.monitors.tasks import run_triage_rule
 from reviewapp.monitors.triage import ANY_TOOL, rules_with_counts, save_rule
 from reviewapp.projects.access import (
     get_admin_membership_for_user,
@@ -121,7 +121,7 @@ def triage_rule_run(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
     rule = _get_rule_for_membership(membership, rule_id)
     if not rule.enabled:
         return HttpResponse("enable the rule before running it", status=409)
-    run_triage_rule.delay_on_commit(rule.pk)
+    jobs.enqueue_on_commit(jobs.RUN_TRIAGE_RULE, rule.pk)
     context = _rules_context(membership, running=rule)
     if request.htmx:
         return render(request, "triage/rules.html#rule-table", context)
