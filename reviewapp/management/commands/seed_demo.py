@@ -18,30 +18,25 @@ from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import TraceSource
 
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
+
+def _tool(name: str, description: str, argument: str) -> dict:
+    """An OpenAI function tool that takes one string."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {argument: {"type": "string"}},
+                "required": [argument],
+            },
         },
-    },
-}
-LOOKUP = {
-    "type": "function",
-    "function": {
-        "name": "lookup",
-        "description": "Look a topic up in the company handbook.",
-        "parameters": {
-            "type": "object",
-            "properties": {"topic": {"type": "string"}},
-            "required": ["topic"],
-        },
-    },
-}
+    }
+
+
+CALCULATOR = _tool("calculator", "Evaluate an arithmetic expression.", "expression")
+LOOKUP = _tool("lookup", "Look a topic up in the company handbook.", "topic")
 HANDBOOK = {
     "refunds": "Refunds are issued within 14 days of purchase.",
     "shipping": "Orders ship within 2 business days.",
