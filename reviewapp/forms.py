@@ -1,6 +1,7 @@
 """HTML forms of the dashboard (the JSON API validates with pydantic schemas instead)."""
 
 import json
+from typing import get_args
 
 from django import forms
 from django.contrib.auth import get_user_model
@@ -10,12 +11,14 @@ from reviewapp.learning.approvals import AUTO_APPROVE_POLICIES
 from reviewapp.monitors.models import TriageRule
 from reviewapp.monitors.triage import ANY_TOOL
 from reviewapp.projects.models import Role
+from reviewapp.projects.project_settings import AUTO_APPROVE_CHOICES
 from reviewapp.review.feedback import MAX_FEEDBACK_TEXT_LENGTH
 from reviewapp.review.models import Feedback, Queue, Tag
 from reviewapp.review.queues import MAX_QUEUE_ITEMS
 from reviewapp.traces.filters import TraceFilterForm
 from reviewapp.traces.models import Trace
 from reviewapp.traces.rendering import TurnView
+from training.config import TrainingMode
 
 
 class FeedbackForm(forms.Form):
@@ -107,9 +110,27 @@ class FeedbackForm(forms.Form):
 
 
 class AutoApproveForm(forms.Form):
-    policy = forms.ChoiceField(label="Auto-approve", choices=AUTO_APPROVE_POLICIES.items())
+    policy = forms.ChoiceField(
+        label="Auto-approve",
+        choices=[(policy, AUTO_APPROVE_POLICIES[policy]) for policy in AUTO_APPROVE_CHOICES],
+    )
     apply_to_proposed = forms.BooleanField(
         label="also approve the proposed targets that pass now", required=False
+    )
+
+
+# What each of TrainingConfig's modes does, in the Retrain form's words.
+TRAINING_MODE_DESCRIPTIONS = {
+    "sft": "learn the approved targets",
+    "distill": "on-policy self-distillation",
+}
+
+
+class RetrainForm(forms.Form):
+    mode = forms.ChoiceField(
+        choices=[
+            (mode, f"{mode}: {TRAINING_MODE_DESCRIPTIONS[mode]}") for mode in get_args(TrainingMode)
+        ]
     )
 
 

@@ -23,12 +23,14 @@ MAX_EFFECTIVE_BATCH_SIZE = 32
 # ~24 updates where 1e-4 learned nothing (bench/learning.py). KL gradients are sharper.
 _DEFAULT_LEARNING_RATES = {"sft": 3e-4, "distill": 1e-4}
 
+# "sft": cross-entropy on approved revisions / corrected turns (off-policy targets).
+# "distill": per-token KL to the feedback-conditioned teacher on the student's own samples.
+TrainingMode = Literal["sft", "distill"]
+
 
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
 class TrainingConfig:
-    # "sft": cross-entropy on approved revisions / corrected turns (off-policy targets).
-    # "distill": per-token KL to the feedback-conditioned teacher on the student's own samples.
-    mode: Literal["sft", "distill"] = "sft"
+    mode: TrainingMode = "sft"
     # LoRA rank; 16 on all linear layers is 4.9 M params on SmolLM2-135M, plenty for a few styles.
     lora_r: int = Field(16, ge=1, le=512)
     # LoRA scale is alpha / r: 2x keeps updates visible without raising the learning rate.

@@ -11,8 +11,9 @@ A project's ModelRoute changes only here, each change under the row's lock:
 A refused change raises DeployRefused and changes nothing. Loading on the model servers takes
 seconds, so it happens before the lock; a deploy whose route moved meanwhile is refused rather
 than overwriting that move. Each server's outcome is kept on the adapter (eval_results["deploy"]);
-the route moves once the project's `deploy_quorum` servers (else DEPLOY_QUORUM; default: all) loaded
-the adapter and answered with it.
+the route moves once `deploy_quorum` servers (the project's, else DEPLOY_QUORUM; default: all)
+loaded the adapter and answered with it. A run's deploy uses the servers and quorum frozen on the
+run (learning/plan.py); a person's deploy from the adapter page, the project's settings now.
 """
 
 import logging
@@ -22,13 +23,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 import httpx
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from reviewapp.gateway.routing import forget_cached_routes, upstream_urls
+from reviewapp.gateway.routing import forget_cached_routes
 from reviewapp.learning.lineage import adapter_report
 from reviewapp.learning.models import Adapter, ModelRoute
+from reviewapp.learning.plan import RunPlan
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import settings_for
 from training.deploy import DeployError, canary_request, load_adapter, unload_adapter
@@ -100,8 +101,12 @@ def deploy_adapter(
     share: int = 100,
     client: httpx.Client | None = None,
     before_route_change: Callable[[], None] | None = None,
+    plan: RunPlan | None = None,
 ):
-    """Load on every upstream, send a canary request, then route `share`% of the alias to it.
+    """Load on every model server, send a canary request, then route `share`% of the alias to it.
+
+    The servers and quorum are the run's `plan`'s (those the operator still allows); without
+    one, the project's settings now (a person deploying an adapter they chose).
 
     Raises DeployRefused when the adapter may not serve or the route moved while it loaded,
     DeployError when a model server did not take it; either way routing is unchanged.
@@ -114,12 +119,18 @@ def deploy_adapter(
     project = adapter.project
     seen = ModelRoute.objects.filter(project=project).first()
     _refuse_deploy(adapter, seen)  # before loading: a refused adapter never reaches a server
+    plan = plan or RunPlan.from_settings(project=project, project_settings=settings_for(project))
+    urls = plan.model_servers(project)
+    if not urls:
+        raise DeployError(
+            f"none of the model servers {', '.join(plan.upstreams)} is still one this deployment "
+            "allows (MODEL_SERVERS)"
+        )
     client = client or httpx.Client(timeout=60)
-    servers = [_load_on(client, url, adapter) for url in upstream_urls(project)]
+    servers = [_load_on(client, url, adapter) for url in urls]
     _record_deploy(adapter, servers)
     loaded = sum(server["loaded"] for server in servers)
-    wanted = settings_for(project).deploy_quorum or settings.DEPLOY_QUORUM or len(servers)
-    quorum = min(wanted, len(servers))
+    quorum = min(plan.deploy_quorum or len(servers), len(servers))
     if loaded < quorum:
         errors = "; ".join(server["error"] for server in servers if not server["loaded"])
         raise DeployError(

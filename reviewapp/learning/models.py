@@ -97,6 +97,10 @@ class TrainingRun(models.Model):
     # What the run learns from and is judged on, fixed when it is created (learning/runs.py):
     # {"train_target_ids", "held_out_feedback_ids", "replay": {...}, "regression": {...}}.
     data_split = models.JSONField(default=dict, blank=True)
+    # What its evaluation, gate and deploy use, fixed when it is created (learning/plan.py):
+    # {"gate": {thresholds}, "auto_deploy", "canary_share", "deploy_quorum", "upstreams"}.
+    # Empty on runs created before it existed.
+    plan = models.JSONField(default=dict, blank=True)
     # Deliveries of the run's task that claimed it; a redelivered run resumes from its last
     # checkpoint, and one that keeps killing its worker fails after MAX_RUN_ATTEMPTS.
     attempts = models.PositiveSmallIntegerField(default=0)

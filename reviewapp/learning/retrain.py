@@ -19,7 +19,6 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from reviewapp.gateway.routing import upstream_urls
 from reviewapp.learning.deploy import deploy_adapter, unload_everywhere
 from reviewapp.learning.models import (
     ACTIVE_RUN_STATUSES,
@@ -28,6 +27,7 @@ from reviewapp.learning.models import (
     RunStatus,
     TrainingRun,
 )
+from reviewapp.learning.plan import run_plan
 from reviewapp.learning.runs import (
     TransitionRefused,
     end_cancelled,
@@ -36,7 +36,6 @@ from reviewapp.learning.runs import (
     stop_if_cancel_requested,
 )
 from reviewapp.learning.selectors import final_answer, tags_by_trace
-from reviewapp.projects.project_settings import settings_for
 from reviewapp.traces.models import Trace
 from training.config import TrainingConfig
 
@@ -135,7 +134,7 @@ def _execute(run: TrainingRun) -> str:
             config,
             result,
             evaluate=evaluate,
-            thresholds=settings_for(project).gate_thresholds(),
+            thresholds=run_plan(run).gate,
         )
     stop_if_cancel_requested(run.pk)  # before an adapter is written for a cancelled run
     metrics = {
@@ -241,8 +240,8 @@ def _latest_checkpoint(directory: Path) -> Path | None:
 
 
 def _evaluation_replier(run: TrainingRun, model_dir: Path, tokenizer, client: httpx.Client):
-    """The evaluation's greedy replies come from the first of the project's model servers that
-    answers and serves this run's base model (its candidates loaded there under names no route
+    """The evaluation's greedy replies come from the first of the run's model servers that
+    answers and serves its base model (its candidates loaded there under names no route
     knows), else from this process. Returns the replier and the record of what answered
     (filled in as it answers)."""
     from training.repliers import InProcessReplier, ServerReplier
@@ -250,7 +249,7 @@ def _evaluation_replier(run: TrainingRun, model_dir: Path, tokenizer, client: ht
     project = run.project
     in_process = InProcessReplier(tokenizer.eos_token_id)
     served_name = project.upstream_model or project.served_model
-    for url in upstream_urls(project):
+    for url in run_plan(run).model_servers(project):
         try:
             served = client.get(f"{url}/models", timeout=5).json()["data"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
@@ -334,7 +333,7 @@ def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
     The gate's decision is the chosen candidate's (made once, in choose_candidate)."""
     from training.deploy import DeployError
 
-    project_settings = settings_for(run.project)
+    plan = run_plan(run)
     chosen = next(candidate for candidate in metrics["candidates"] if candidate["chosen"])
     passes, reason = chosen["passed"], chosen["reason"]
     metrics = {**metrics, "gate": {"passed": passes, "reason": reason}}
@@ -347,14 +346,15 @@ def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
             error=reason,
         )
         return RunStatus.GATE_FAILED
-    if not project_settings.auto_deploy:
+    if not plan.auto_deploy:
         move(run.pk, source=RunStatus.EVALUATING, target=RunStatus.TRAINED, metrics=metrics)
         return RunStatus.TRAINED
     move(run.pk, source=RunStatus.EVALUATING, target=RunStatus.DEPLOYING, metrics=metrics)
     try:
         deploy_adapter(
             adapter=adapter,
-            share=project_settings.canary_share,
+            share=plan.canary_share,
+            plan=plan,
             # In the route's transaction: a cancel that came first refuses it, and the route
             # stays as it was; one that comes after finds the run deployed.
             before_route_change=lambda: move(

@@ -32,10 +32,12 @@ from reviewapp.learning.models import (
     RunStatus,
     TrainingRun,
 )
+from reviewapp.learning.plan import RunPlan
 from reviewapp.learning.selectors import approved_targets, good_trace_ids
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import SettingsError, settings_for
 from reviewapp.review.models import Feedback, FeedbackStatus
+from training.config import TrainingMode
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS, REPLAY_PROMPTS, held_out_feedback
 
 logger = logging.getLogger(__name__)
@@ -185,8 +187,10 @@ def _stale() -> Q:
 
 
 @transaction.atomic
-def start_retrain(*, project: Project, mode: str = "sft", created_by=None) -> TrainingRun:
-    """Queue a run on everything approved, its data split fixed now; one active run at a time."""
+def start_retrain(*, project: Project, mode: TrainingMode = "sft", created_by=None) -> TrainingRun:
+    """Queue a run on everything approved, one active run at a time. Its config, data split
+    and plan (gate thresholds, deploy choices, model servers) are fixed now, from the project's
+    settings read once: a later change of them is for the next run."""
     Project.objects.select_for_update().filter(pk=project.pk).first()  # one starter at a time
     fail_stale_runs(project=project)
     if TrainingRun.objects.filter(project=project, status__in=ACTIVE_RUN_STATUSES).exists():
@@ -214,6 +218,9 @@ def start_retrain(*, project: Project, mode: str = "sft", created_by=None) -> Tr
             targets=training_set.targets,
             held_out_fraction=config.held_out_fraction,
             seed=config.seed,
+        ),
+        plan=RunPlan.from_settings(project=project, project_settings=project_settings).model_dump(
+            mode="json"
         ),
         # What was left out of this run and why, next to the eval results the worker adds.
         metrics={"exclusions": training_set.as_json()},

@@ -3,11 +3,21 @@ teacher. Stored as JSON on `Project.settings`; read and written only through thi
 bad value is refused where it is written, with a message that names the field.
 """
 
-import json
-from typing import Literal
+import copy
+from typing import Any, Literal, get_args
 
+from django.conf import settings
 from django.db import transaction
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import (
@@ -17,8 +27,15 @@ from reviewapp.projects.outbound import (
     check_teacher_url,
     check_upstream,
     teacher_key,
+    usable_upstreams,
 )
-from training.config import TrainingConfig, describe_validation_error
+from training.config import (
+    ConfigError,
+    TrainingConfig,
+    TrainingMode,
+    describe_validation_error,
+    validation_problems,
+)
 from training.gate import GateThresholds
 
 
@@ -30,8 +47,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-POLICY_CHOICES = ("keep", "exclude")
 PolicyChoice = Literal["keep", "exclude"]
+POLICY_CHOICES: tuple[str, ...] = get_args(PolicyChoice)
+AutoApprovePolicy = Literal["manual", "checks_pass"]
+AUTO_APPROVE_CHOICES: tuple[str, ...] = get_args(AutoApprovePolicy)
 
 
 class DataPolicy(_Section):
@@ -70,13 +89,75 @@ class Teacher(_Section):
         return teacher_key(self.key_name)
 
 
+class _Overrides(_Section):
+    """A section of overrides of a training-library dataclass: read, it has the library's
+    defaults; stored, only what was set, so a default changed in the library reaches every
+    project that did not choose its own."""
+
+    # As strict as the library's own dataclasses: 1e11 is not an epoch count, NaN not a rate.
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+    @model_serializer(mode="wrap")
+    def _only_what_is_set(self, handler) -> dict[str, Any]:
+        return {
+            name: value for name, value in handler(self).items() if name in self.model_fields_set
+        }
+
+    def overrides(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+def _overrides_of(library_type: type, *, leave_out: tuple[str, ...] = ()) -> type[_Overrides]:
+    """An _Overrides section with `library_type`'s fields: the same types, bounds and defaults,
+    taken from the dataclass so they are written once."""
+    fields = {
+        name: (info.annotation, copy.copy(info))
+        for name, info in library_type.__pydantic_fields__.items()
+        if name not in leave_out
+    }
+    return create_model(f"_{library_type.__name__}Fields", __base__=_Overrides, **fields)
+
+
+class TrainingOverrides(_overrides_of(TrainingConfig, leave_out=("mode",))):
+    """This project's changes to TrainingConfig's defaults; the mode is chosen per run."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_is_not_a_setting(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "mode" in values:
+            raise ValueError("mode is chosen per run, not in the project's settings")
+        return values
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _stored_list_is_a_tuple(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value  # JSON has no tuples
+
+    @model_validator(mode="after")
+    def _fields_agree(self) -> "TrainingOverrides":
+        self.config(mode="sft")  # the checks across fields (effective batch size)
+        return self
+
+    def config(self, *, mode: TrainingMode) -> TrainingConfig:
+        try:
+            return TrainingConfig(mode=mode, **self.overrides())
+        except ValidationError as error:
+            raise ConfigError(validation_problems(error)) from None
+
+
+class GateOverrides(_overrides_of(GateThresholds)):
+    """This project's changes to the evaluation gate's default thresholds."""
+
+    def thresholds(self) -> GateThresholds:
+        return GateThresholds(**self.overrides())
+
+
 class ProjectSettings(_Section):
-    # Overrides of TrainingConfig's defaults for this project's runs (mode comes from the run).
-    training: dict = Field(default_factory=dict)
-    gate: dict = Field(default_factory=dict)  # GateThresholds overrides
+    training: TrainingOverrides = TrainingOverrides()
+    gate: GateOverrides = GateOverrides()
     data_policy: DataPolicy = DataPolicy()
     # "checks_pass": a teacher proposal that passes its feedback's checks is approved as made.
-    auto_approve: Literal["manual", "checks_pass"] = "manual"
+    auto_approve: AutoApprovePolicy = "manual"
     auto_deploy: bool = True  # a run that passes the gate serves traffic without a click
     canary_share: int = Field(100, ge=1, le=100)  # percent of traffic a new adapter gets
     teacher: Teacher = Teacher()
@@ -95,25 +176,22 @@ class ProjectSettings(_Section):
             raise ValueError("an upstream is listed twice")
         return urls
 
-    @field_validator("training")
-    @classmethod
-    def _training_is_a_config(cls, value: dict) -> dict:
-        if "mode" in value:
-            raise ValueError("mode is chosen per run, not in the project's settings")
-        TrainingConfig.from_json(json.dumps(value))
-        return value
-
-    @field_validator("gate")
-    @classmethod
-    def _gate_is_thresholds(cls, value: dict) -> dict:
-        GateThresholds.from_settings(value)
-        return value
-
-    def training_config(self, *, mode: str) -> TrainingConfig:
-        return TrainingConfig.from_json(json.dumps({**self.training, "mode": mode}))
+    def training_config(self, *, mode: TrainingMode) -> TrainingConfig:
+        return self.training.config(mode=mode)
 
     def gate_thresholds(self) -> GateThresholds:
-        return GateThresholds.from_settings(self.gate)
+        return self.gate.thresholds()
+
+    def deploy_quorum_or_default(self) -> int:
+        """Model servers that must load an adapter before it is routed to; 0: all of them."""
+        return self.deploy_quorum or settings.DEPLOY_QUORUM
+
+    def model_servers(self, project: Project) -> list[str]:
+        """The project's model servers: its `upstreams` the operator still allows, else its one
+        upstream (or VLLM_URL), both the operator's (the rule of gateway.routing.upstream_urls,
+        for a caller that has the settings parsed already)."""
+        listed = usable_upstreams(project, self.upstreams)
+        return listed or [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
 
 
 def parse_settings(values: dict) -> ProjectSettings:

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from reviewapp.charts import line_chart
-from reviewapp.forms import AutoApproveForm
+from reviewapp.forms import AutoApproveForm, RetrainForm
 from reviewapp.learning.approvals import (
     AUTO_APPROVE_POLICIES,
     choose_target,
@@ -19,6 +19,7 @@ from reviewapp.learning.approvals import (
 )
 from reviewapp.learning.dataset import build_training_set
 from reviewapp.learning.models import Adapter, DistillationTarget, TargetState, TrainingRun
+from reviewapp.learning.plan import RunPlan, frozen_plan
 from reviewapp.learning.runs import RetrainError, is_presumed_dead, request_cancel, start_retrain
 from reviewapp.learning.selectors import approved_targets, tags_by_trace
 from reviewapp.projects.access import (
@@ -26,6 +27,9 @@ from reviewapp.projects.access import (
     get_membership_for_user,
     get_reviewer_membership_for_user,
 )
+from reviewapp.projects.models import Project
+from reviewapp.projects.outbound import allowed_upstreams
+from reviewapp.projects.project_settings import SettingsError, settings_for
 from reviewapp.review.feedback_health import unusable_feedback
 from reviewapp.review.models import Feedback
 
@@ -75,7 +79,10 @@ def target_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _policy_context(project, form: AutoApproveForm | None = None, approved_now: int = 0) -> dict:
-    policy = project.settings.get("auto_approve") or "manual"
+    try:
+        policy = settings_for(project).auto_approve
+    except SettingsError:  # the teacher task cannot read them either: nothing is auto-approved
+        policy = "manual"
     return {
         "policy_form": form or AutoApproveForm(initial={"policy": policy}),
         "policy_description": AUTO_APPROVE_POLICIES.get(policy, policy),
@@ -137,17 +144,19 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
     project = membership.project
     error = ""
+    form = RetrainForm(request.POST if request.method == "POST" else None)
     if request.method == "POST":
         membership = get_admin_membership_for_user(request.user, slug)
-        try:
-            run = start_retrain(
-                project=project,
-                mode=request.POST.get("mode", "sft"),
-                created_by=request.user,
-            )
-            return redirect("run_detail", slug=slug, run_id=run.pk)
-        except RetrainError as problem:
-            error = str(problem)
+        if not form.is_valid():
+            error = f"mode: {'; '.join(form.errors['mode'])}"
+        else:
+            try:
+                run = start_retrain(
+                    project=project, mode=form.cleaned_data["mode"], created_by=request.user
+                )
+                return redirect("run_detail", slug=slug, run_id=run.pk)
+            except RetrainError as problem:
+                error = str(problem)
     approved = list(
         approved_targets(project)
         .select_related("feedback__trace", "feedback__reviewer", "feedback__api_key")
@@ -175,20 +184,36 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
         ).count(),
         "runs": TrainingRun.objects.filter(project=project).order_by("-created_at")[:10],
         "unusable_feedback": unusable_feedback(project=project),
-        "policy": project.settings.get("training") or {},
+        "retrain_form": form,
         "error": error,
-        **_training_data_context(project),
+        **_settings_context(project),
     }
     return render(request, "training/retrain.html", context, status=422 if error else 200)
 
 
-def _training_data_context(project) -> dict:
-    """The data policy and what it leaves out, from the training-data accounting."""
+def _settings_context(project: Project) -> dict:
+    """What a run started now would use: the training overrides, the plan it would freeze,
+    and what the data policy leaves out (the training-data accounting)."""
     try:
-        training_set = build_training_set(project=project)
-    except ValueError as problem:
-        return {"data_policy_error": str(problem)}
-    return {"data_policy": training_set.policy, "training_set": training_set}
+        project_settings = settings_for(project)
+    except SettingsError as problem:
+        return {"settings_error": str(problem)}
+    return {
+        "training_overrides": project_settings.training.model_dump(mode="json"),
+        **_plan_context(
+            project, RunPlan.from_settings(project=project, project_settings=project_settings)
+        ),
+        "data_policy": project_settings.data_policy,
+        "training_set": build_training_set(project=project, policy=project_settings.data_policy),
+    }
+
+
+def _plan_context(project: Project, plan: RunPlan | None) -> dict:
+    """The plan and its servers, each with whether the operator still allows it: a server
+    withdrawn from MODEL_SERVERS since a run was created is not called."""
+    allowed = set(allowed_upstreams(project))
+    servers = [(url, url in allowed) for url in plan.upstreams] if plan else []
+    return {"plan": plan, "plan_servers": servers}
 
 
 @login_required
@@ -198,6 +223,7 @@ def run_detail(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     context = {
         **_base_context(request, membership),
         "run": run,
+        **_plan_context(membership.project, frozen_plan(run)),
         "presumed_dead": is_presumed_dead(run),
         "adapter": Adapter.objects.filter(run=run).first(),
         "loss_chart": line_chart(run.loss_curve, label="training loss"),

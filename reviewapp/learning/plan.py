@@ -1,0 +1,62 @@
+"""What a run's evaluation, gate and deploy use, frozen on the run when it is created.
+
+A run is judged and deployed by the thresholds, deploy choices and model servers of the moment
+it was started (with its config and data split, learning/runs.py): a settings change made while
+it trains is for the next run. The frozen servers are still checked against the operator's list
+where they are used, so a server the operator withdrew meanwhile is not called.
+"""
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from reviewapp.learning.models import TrainingRun
+from reviewapp.projects.models import Project
+from reviewapp.projects.outbound import usable_upstreams
+from reviewapp.projects.project_settings import ProjectSettings, settings_for
+from training.gate import GateThresholds
+
+
+class RunPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gate: GateThresholds
+    auto_deploy: bool  # a run that passes the gate serves traffic without a click
+    canary_share: int = Field(ge=1, le=100)  # percent of traffic the new adapter gets
+    deploy_quorum: int = Field(ge=0)  # servers that must load the adapter first; 0: all
+    # The model servers (base URLs) its evaluation asks and its deploy loads the adapter on.
+    upstreams: tuple[str, ...] = Field(min_length=1)
+
+    @field_validator("gate", mode="before")
+    @classmethod
+    def _stored_gate_is_thresholds(cls, value: Any) -> Any:
+        # Stored as JSON; the library's dataclass is strict and takes only itself or keywords.
+        return GateThresholds.from_settings(value) if isinstance(value, dict) else value
+
+    @classmethod
+    def from_settings(cls, *, project: Project, project_settings: ProjectSettings) -> "RunPlan":
+        return cls(
+            gate=project_settings.gate_thresholds(),
+            auto_deploy=project_settings.auto_deploy,
+            canary_share=project_settings.canary_share,
+            deploy_quorum=project_settings.deploy_quorum_or_default(),
+            upstreams=tuple(project_settings.model_servers(project)),
+        )
+
+    def model_servers(self, project: Project) -> list[str]:
+        """The frozen servers the operator still allows (MODEL_SERVERS or the project's own)."""
+        return usable_upstreams(project, list(self.upstreams))
+
+
+def frozen_plan(run: TrainingRun) -> RunPlan | None:
+    """The plan stored on the run; None for a run created before plans were stored."""
+    return RunPlan.model_validate(run.plan) if run.plan else None
+
+
+def run_plan(run: TrainingRun) -> RunPlan:
+    """What the run's evaluation, gate and deploy use."""
+    # Runs created before migration 0023 froze none: they use the project's settings as they
+    # are when the run gets there, as they always did.
+    return frozen_plan(run) or RunPlan.from_settings(
+        project=run.project, project_settings=settings_for(run.project)
+    )
