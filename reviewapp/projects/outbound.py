@@ -60,10 +60,11 @@ def _listed(urls: list[str]) -> tuple[str, ...]:
 
 def allowed_upstreams(project: Project) -> tuple[str, ...]:
     """The operator's model servers as far as this project goes, the only ones its gateway
-    calls and sends VLLM_API_KEY to: MODEL_SERVERS, and the project's own upstream (set by the
-    operator with `create_project --upstream` or the Django admin, never by the project)."""
+    calls and sends VLLM_API_KEY to: MODEL_SERVERS, VLLM_URL (the default server of projects
+    that name none) and the project's own upstream (set by the operator with `create_project
+    --upstream` or the Django admin, never by the project)."""
     own = [project.upstream_url] if project.upstream_url else []
-    return _listed([*settings.MODEL_SERVERS, *own])
+    return _listed([*settings.MODEL_SERVERS, settings.VLLM_URL, *own])
 
 
 def allowed_teachers(project: Project) -> tuple[str, ...]:
