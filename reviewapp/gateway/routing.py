@@ -18,7 +18,6 @@ from django.db import DatabaseError, connection
 
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.projects.models import ApiKey, Project
-from reviewapp.projects.outbound import usable_upstreams
 from reviewapp.projects.project_settings import settings_for
 
 logger = logging.getLogger(__name__)
@@ -50,10 +49,8 @@ class Destination:
 
 
 def upstream_urls(project: Project) -> list[str]:
-    """The project's model servers: its settings' list (those the operator still allows), else
-    its one upstream (or VLLM_URL), both the operator's."""
-    listed = usable_upstreams(project, settings_for(project).upstreams)
-    return listed or [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
+    """The project's model servers (ProjectSettings.model_servers)."""
+    return settings_for(project).model_servers(project)
 
 
 class UpstreamHealth:

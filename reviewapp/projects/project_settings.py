@@ -188,8 +188,7 @@ class ProjectSettings(_Section):
 
     def model_servers(self, project: Project) -> list[str]:
         """The project's model servers: its `upstreams` the operator still allows, else its one
-        upstream (or VLLM_URL), both the operator's (the rule of gateway.routing.upstream_urls,
-        for a caller that has the settings parsed already)."""
+        upstream (or VLLM_URL), both the operator's."""
         listed = usable_upstreams(project, self.upstreams)
         return listed or [(project.upstream_url or settings.VLLM_URL).rstrip("/")]
 
