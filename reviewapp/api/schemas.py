@@ -14,6 +14,17 @@ class ErrorOut(Schema):
     detail: str
 
 
+# The errors any route may answer, for the OpenAPI document.
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    413: ErrorOut,
+    422: ErrorOut,
+}
+
+
 class TraceBatchIn(Schema):
     # Items stay raw here so one bad trace is rejected alone, with its own message.
     traces: list[Any] = Field(..., description="Trace objects; see the README for their shape")

@@ -4,10 +4,10 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from reviewapp.api.auth import requires
+from reviewapp.api.schemas import ERRORS
 from reviewapp.gateway.models import RefusalReason
 from reviewapp.gateway.refusals import recent_refusals
 from reviewapp.projects.models import KeyScope
-from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["gateway"])
 

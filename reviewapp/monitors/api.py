@@ -4,9 +4,9 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from reviewapp.api.auth import requires
+from reviewapp.api.schemas import ERRORS
 from reviewapp.monitors.alerts import project_alerts
 from reviewapp.projects.models import KeyScope
-from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["monitors"])
 

@@ -28,7 +28,7 @@ from reviewapp.monitors.models import ToolRollup, TraceRollup
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Feedback
 from reviewapp.traces.filters import BASE_ADAPTER, filtered_traces
-from reviewapp.traces.models import Termination, Trace
+from reviewapp.traces.models import FAILURE_TERMINATIONS, Termination, Trace
 
 
 class _ConvertedOnce:
@@ -56,13 +56,6 @@ class _TruncHour(_ConvertedOnce, TruncHour):
 
 BUCKETS = {"day": _TruncDay, "hour": _TruncHour}
 EXAMPLES_KEPT = 5  # trace ids kept as evidence per version and per tool
-# An episode that ended like this is a failure whatever its reported success said.
-FAILURE_TERMINATIONS = (
-    Termination.TIMEOUT,
-    Termination.TOOL_ERROR,
-    Termination.MAX_STEPS,
-    Termination.ERROR,
-)
 
 
 def _rate(part: float, whole: float) -> float | None:

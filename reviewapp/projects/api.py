@@ -7,9 +7,9 @@ from ninja import Body, Router
 from ninja.errors import HttpError
 
 from reviewapp.api.auth import requires
+from reviewapp.api.schemas import ERRORS
 from reviewapp.projects.models import KeyScope
 from reviewapp.projects.project_settings import SettingsError, settings_for, update_settings
-from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["settings"])
 

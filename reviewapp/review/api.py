@@ -12,12 +12,12 @@ from pydantic import field_validator
 
 from reviewapp.api.auth import requires
 from reviewapp.api.pagination import decode_cursor, page_of
+from reviewapp.api.schemas import ERRORS
 from reviewapp.projects.access import first_or_404, get_trace_for_project
 from reviewapp.projects.models import KeyScope
 from reviewapp.review.models import Queue, QueueItem, QueueReview, Tag, TraceTag
 from reviewapp.review.queues import with_progress
 from reviewapp.review.tags import add_tag, remove_tag
-from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["review"])
 

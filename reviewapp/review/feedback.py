@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from messages.text import message_text
 from reviewapp import jobs
-from reviewapp.learning.models import DistillationTarget
 from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.monitors.similarity import similarity_between
 from reviewapp.projects.models import ApiKey, KeyScope
@@ -371,11 +370,11 @@ def delete_feedback(*, feedback: Feedback) -> bool:
     runs leave dismissed feedback out.
     """
     Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
-    if DistillationTarget.objects.filter(feedback=feedback, runs__isnull=False).exists():
+    if feedback.targets.filter(runs__isnull=False).exists():
         Feedback.objects.filter(pk=feedback.pk).update(status=FeedbackStatus.DISMISSED)
         feedback.status = FeedbackStatus.DISMISSED
         return False
-    DistillationTarget.objects.filter(feedback=feedback).delete()
+    feedback.targets.all().delete()
     feedback.delete()
     return True
 

@@ -3,7 +3,6 @@
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from reviewapp.monitors.models import TriageRule
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.models import Trace
@@ -70,7 +69,7 @@ def merge_tag(*, source: Tag, into: Tag) -> Tag:
     ).delete()
     TraceTag.objects.filter(tag=source).update(tag=into)
     Tag.objects.filter(parent=source).update(parent=into)
-    TriageRule.objects.filter(tag=source).update(tag=into)
+    source.triage_rules.update(tag=into)
     source.delete()
     return into
 
@@ -79,7 +78,7 @@ def merge_tag(*, source: Tag, into: Tag) -> Tag:
 def delete_tag(*, tag: Tag) -> None:
     """Take the tag off every trace; its children move up to its parent. A tag that a triage
     rule routes on is kept: deleting it would delete the rule."""
-    rules = list(TriageRule.objects.filter(tag=tag).values_list("name", flat=True))
+    rules = list(tag.triage_rules.values_list("name", flat=True))
     if rules:
         raise TagError(f"triage rule “{rules[0]}” routes on it: merge it, or change the rule")
     Tag.objects.filter(parent=tag).update(parent=tag.parent)

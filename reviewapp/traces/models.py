@@ -21,6 +21,15 @@ class Termination(models.TextChoices):
     UNKNOWN = "unknown"
 
 
+# An episode that ended like this is a failure whatever its reported success said.
+FAILURE_TERMINATIONS = (
+    Termination.TIMEOUT,
+    Termination.TOOL_ERROR,
+    Termination.MAX_STEPS,
+    Termination.ERROR,
+)
+
+
 class TraceSource(models.TextChoices):
     API = "api"
     OTEL = "otel"

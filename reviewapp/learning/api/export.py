@@ -9,12 +9,11 @@ from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
 from reviewapp.api.auth import requires
+from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.dataset import TrainingSet, build_training_set
-from reviewapp.monitors.monitors import FAILURE_TERMINATIONS
 from reviewapp.projects.models import KeyScope, Project
 from reviewapp.review.models import Feedback, TraceTag
-from reviewapp.traces.api.traces import ERRORS
-from reviewapp.traces.models import Trace, TraceSource
+from reviewapp.traces.models import FAILURE_TERMINATIONS, Trace, TraceSource
 
 router = Router(tags=["export"])
 

@@ -12,6 +12,7 @@ from pydantic import field_validator
 
 from reviewapp.api.auth import requires
 from reviewapp.api.pagination import decode_cursor, page_of
+from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.approvals import (
     FeedbackTargets,
     choose_target,
@@ -23,7 +24,6 @@ from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.access import first_or_404
 from reviewapp.projects.models import KeyScope, Project
 from reviewapp.review.api import READ
-from reviewapp.traces.api.traces import ERRORS
 
 router = Router(tags=["review"])
 

@@ -11,8 +11,8 @@ from ninja.errors import HttpError
 from reviewapp.api import schemas
 from reviewapp.api.auth import requires
 from reviewapp.api.errors import InvalidBody, StrictJsonParser, decoded_body
+from reviewapp.api.schemas import ERRORS
 from reviewapp.projects.models import KeyScope
-from reviewapp.traces.api.traces import ERRORS
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import TraceSource
 from reviewapp.traces.otel import OtlpError, otlp_json_from_protobuf, traces_from_otlp

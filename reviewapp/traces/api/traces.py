@@ -9,6 +9,7 @@ from ninja.errors import HttpError
 from reviewapp.api import schemas
 from reviewapp.api.auth import requires
 from reviewapp.api.pagination import decode_cursor, page_of
+from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.lineage import adapters_by_feedback
 from reviewapp.projects.access import first_or_404, get_trace_for_project
 from reviewapp.projects.models import ApiKey, KeyScope
@@ -25,15 +26,6 @@ from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import Trace, TraceSource
 
 router = Router(tags=["traces"])
-
-ERRORS = {
-    400: schemas.ErrorOut,
-    401: schemas.ErrorOut,
-    403: schemas.ErrorOut,
-    404: schemas.ErrorOut,
-    413: schemas.ErrorOut,
-    422: schemas.ErrorOut,
-}
 
 
 def _reject_unstorable_text(payload: Schema) -> None:
