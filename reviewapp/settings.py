@@ -188,7 +188,6 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "unacked_restore_throttle": 1,
     }
 )
-CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another worker
 # ...and a pool process killed mid-task (SIGKILL, out of memory) requeues it instead of failing it.
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
