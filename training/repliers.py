@@ -4,13 +4,15 @@ A replier answers token-id prompts, each within its own token budget, from the b
 off) or from the model's current adapter. On a vLLM server the base is the served model and the
 adapter is saved to a scratch directory the server can read, loaded under a name of its own
 that no route names (so no traffic reaches it), asked every prompt at once, then unloaded and
-deleted. Plain httpx, no Django: reviewapp/learning/ chooses the server.
+deleted. Plain httpx, no Django: reviewapp/learning/ lists the servers a run may ask
+(ModelServers), `choose_replier` asks the first that serves the run's base model.
 """
 
 import contextlib
 import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -157,3 +159,55 @@ class ServerReplier:
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(complete, prompts, budgets))
+
+
+@dataclass(frozen=True)
+class ModelServers:
+    """The model servers an evaluation may ask (vLLM, OpenAI-compatible base URLs)."""
+
+    urls: tuple[str, ...]
+    served_model: str  # the name they serve the base model under
+    scratch_dir: Path  # where candidates are saved for a server to load: it must read it too
+    name_prefix: str  # candidates load as `<prefix>-<random>`, names no route knows
+
+
+def choose_replier(
+    client: httpx.Client,
+    servers: ModelServers | None,
+    *,
+    model_dir: Path,
+    base_model: str,
+    eos_token_id: int,
+) -> tuple[Replier, dict]:
+    """The first of `servers` that answers and serves `base_model` (from `model_dir`), else
+    this process. Returns the replier and the record of what answered (filled in as it
+    answers)."""
+    in_process = InProcessReplier(eos_token_id)
+    for url in servers.urls if servers else ():
+        try:
+            served = client.get(f"{url}/models", timeout=5).json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            continue
+        # The served name alone could be another model: the weights' directory must match too.
+        roots = {entry.get("root") for entry in served if entry.get("id") == servers.served_model}
+        if not any(_same_model(root, model_dir, base_model) for root in roots):
+            continue
+        server = ServerReplier(
+            client,
+            url,
+            base_model=servers.served_model,
+            scratch_dir=servers.scratch_dir,
+            eos_token_id=eos_token_id,
+            fallback=in_process,
+            name_prefix=servers.name_prefix,
+        )
+        return server, server.record
+    return in_process, {"server": "", "error": "no model server serving the base model answered"}
+
+
+def _same_model(root: str | None, model_dir: Path, base_model: str) -> bool:
+    """vLLM's `root` is the --model it was started with: the base model's name or a directory
+    (the same one, or a copy of it under the same name on the server's machine)."""
+    if not root:
+        return False
+    return root == base_model or Path(root).name == Path(model_dir).resolve().name

@@ -1,8 +1,9 @@
-"""What a claimed run does, in order: build its data from the split fixed at creation, train
-(resuming from a checkpoint if an earlier worker died), evaluate, register the adapter, gate,
-deploy. Every status change goes through the state machine (runs.move): a refused move means
-the run was cancelled or failed meanwhile, and the work stops there. A cancel ends the run
-`cancelled` in any phase, routing untouched (runs.py says where the worker looks for it).
+"""What a claimed run does, in order: build its training job from what was frozen at creation,
+run it (training/job.py: train, resuming from a checkpoint if an earlier worker died, evaluate,
+choose a candidate, write the adapter), register the adapter, gate, deploy. Every status change
+goes through the state machine (runs.move): a refused move means the run was cancelled or failed
+meanwhile, and the work stops there. A cancel ends the run `cancelled` in any phase, routing
+untouched (runs.py says where the worker looks for it).
 """
 
 import json
@@ -12,8 +13,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
@@ -28,23 +29,21 @@ from reviewapp.learning.models import (
     TrainingRun,
 )
 from reviewapp.learning.plan import run_plan
-from reviewapp.learning.runs import (
-    TransitionRefused,
-    end_cancelled,
-    fail,
-    move,
-    stop_if_cancel_requested,
-)
+from reviewapp.learning.runs import TransitionRefused, end_cancelled, fail, move
 from reviewapp.learning.selectors import final_answer, tags_by_trace
 from reviewapp.traces.models import Trace
 from training.config import TrainingConfig
+
+# The rest of training/ loads torch, transformers and peft (9 s here): functions import it
+# where they train, so a process that imports this module and never trains (a default-queue
+# worker registers every task) does not pay for it.
+if TYPE_CHECKING:
+    from training.job import Phase, Progress, TrainingJob
 
 logger = logging.getLogger(__name__)
 
 # Progress is written at most this often; more would only load the database.
 PROGRESS_INTERVAL_S = 1.0
-# One greedy reply of up to MAX_EVAL_TOKENS on a busy CPU server, all items in flight at once.
-EVALUATION_TIMEOUT_S = 300.0
 
 
 def execute_run(run: TrainingRun) -> str:
@@ -68,15 +67,42 @@ def checkpoint_dir(run: TrainingRun) -> Path:
 
 
 def _execute(run: TrainingRun) -> str:
-    from training.adapters import write_adapter
-    from training.base_models import resolve_base_model
-    from training.candidates import choose_candidate
-    from training.replay import base_replay_examples
-    from training.trainer import add_lora, checkpoint_loss_curve, load_base_model, train
+    from training.job import run_job
+
+    callbacks = _RunCallbacks(run)
+    outcome = run_job(_training_job(run), callbacks)
+    if outcome.stopped:  # cancelled, or failed as stale meanwhile
+        raise TransitionRefused(f"run {run.pk} stopped while {callbacks.status}")
+    metrics = {
+        # What was stored when the run was created (the training-data accounting) stays.
+        **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
+        **outcome.metrics,
+    }
+    with transaction.atomic():
+        adapter = Adapter.objects.create(
+            project=run.project,
+            version=callbacks.adapter_version,
+            name=outcome.adapter.path.name,
+            path=str(outcome.adapter.path),
+            base_model=run.project.base_model,
+            checksum=outcome.adapter.checksum,
+            run=run,
+            eval_results=metrics,
+        )
+        TrainingRun.objects.filter(pk=run.pk).update(metrics=metrics, loss_curve=outcome.loss_curve)
+    return _gate_and_deploy(run, adapter, metrics)
+
+
+def _training_job(run: TrainingRun) -> "TrainingJob":
+    """The run's job: its config, data split and plan, as frozen when it was created."""
+    from training.job import TrainingJob
+    from training.repliers import ModelServers
+    from training.trainer import Example
 
     project = run.project
     config = TrainingConfig.from_json(json.dumps(run.config))
     split = run.data_split
+    plan = run_plan(run)
     targets = list(
         DistillationTarget.objects.filter(pk__in=split["train_target_ids"])
         .select_related("feedback__trace")
@@ -89,96 +115,29 @@ def _execute(run: TrainingRun) -> str:
     )
     tools = _tools_by_trace([*targets, *held_out])
     good_traces = _good_traces(split["replay"]["good_trace_ids"])
-
-    model_dir = resolve_base_model(project.base_model, Path(settings.MODEL_CACHE_DIR))
-    base, tokenizer = load_base_model(model_dir, config)
-    replay = _replay_examples(
-        base_replay_examples(base, tokenizer, cache_dir=Path(settings.MODEL_CACHE_DIR) / "replay"),
-        good_traces,
-        config.replay_examples,
-    )
-    model = add_lora(base, config)
-    move(run.pk, source=RunStatus.BUILDING, target=RunStatus.TRAINING)
-    checkpoints = checkpoint_dir(run)
-    resume_from = _latest_checkpoint(checkpoints)
-    reporter = _RunReporter(run.pk)
-    if resume_from is not None:  # the live curve continues the dead worker's
-        reporter.loss_curve = [round(loss, 5) for loss in checkpoint_loss_curve(resume_from)]
-    result = train(
-        model,
-        tokenizer,
-        config,
+    return TrainingJob(
+        config=config,
+        base_model=project.base_model,
+        model_cache_dir=Path(settings.MODEL_CACHE_DIR),
+        checkpoint_dir=checkpoint_dir(run),
+        adapter_root=Path(settings.ADAPTERS_DIR),
+        thresholds=plan.gate,
         **_training_data(config, targets, tools),
-        replay=replay,
-        on_progress=reporter.progress,
-        should_stop=reporter.should_stop,
-        checkpoint_dir=checkpoints if config.save_every_steps else None,
-        resume_from=resume_from,
+        # This project's own traffic first, then the base's general answers.
+        replay=[Example(context, answer, tools) for _, (context, answer, tools) in good_traces],
+        feedback_items=_feedback_items(targets, held_out, tools),
+        regression_items=_trace_items(good_traces),
+        target_ids=[target.pk for target in targets],
+        lineage={"base_model": project.base_model, "run_id": run.pk},
+        # The first that answers and serves this run's base model writes the evaluation's
+        # greedy replies, its candidates loaded there under names no route knows.
+        evaluation_servers=ModelServers(
+            urls=tuple(plan.model_servers(project)),
+            served_model=project.upstream_model or project.served_model,
+            scratch_dir=Path(settings.ADAPTERS_DIR) / ".evaluation",
+            name_prefix=f"eval-run{run.pk}",
+        ),
     )
-    if result.stopped:  # cancelled, or failed as stale meanwhile
-        raise TransitionRefused(f"run {run.pk} stopped training")
-
-    move(run.pk, source=RunStatus.TRAINING, target=RunStatus.EVALUATING)
-
-    def evaluate() -> dict:
-        stop_if_cancel_requested(run.pk)  # a cancel stops the run between candidates
-        return _evaluate(
-            model, tokenizer, targets, held_out, tools, good_traces, base_side, replier
-        )
-
-    base_side: dict = {}  # the base's replies, answered once for every candidate
-    with httpx.Client(timeout=EVALUATION_TIMEOUT_S) as client:
-        replier, evaluated_on = _evaluation_replier(run, model_dir, tokenizer, client)
-        report, candidates = choose_candidate(
-            model,
-            config,
-            result,
-            evaluate=evaluate,
-            thresholds=run_plan(run).gate,
-        )
-    stop_if_cancel_requested(run.pk)  # before an adapter is written for a cancelled run
-    metrics = {
-        # What was stored when the run was created (the training-data accounting) stays.
-        **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
-        **report,
-        "candidates": candidates,
-        "evaluated_on": dict(evaluated_on),
-        "train": {
-            "steps": result.steps,
-            "chosen_step": next(c["step"] for c in candidates if c["chosen"]),
-            "tokens": result.tokens,
-            "seconds": round(result.seconds, 1),
-            "skipped": result.skipped,
-            "targets": len(targets),
-            "replay_examples": len(replay),
-        },
-    }
-    shutil.rmtree(checkpoints, ignore_errors=True)
-
-    with transaction.atomic():
-        latest = Adapter.objects.filter(project=project).aggregate(latest=Max("version"))
-        version = (latest["latest"] or 0) + 1
-        name = f"{project.slug}-v{version}"
-        info = write_adapter(
-            model,
-            Path(settings.ADAPTERS_DIR),
-            name,
-            config,
-            [target.pk for target in targets],
-            extra={"base_model": project.base_model, "run_id": run.pk},
-        )
-        adapter = Adapter.objects.create(
-            project=project,
-            version=version,
-            name=name,
-            path=str(info.path),
-            base_model=project.base_model,
-            checksum=info.checksum,
-            run=run,
-            eval_results=metrics,
-        )
-        TrainingRun.objects.filter(pk=run.pk).update(metrics=metrics, loss_curve=result.loss_curve)
-    return _gate_and_deploy(run, adapter, metrics)
 
 
 def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
@@ -209,14 +168,6 @@ def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
     return {"items": items}
 
 
-def _replay_examples(general: list, good_traces: list[tuple[Trace, tuple]], limit: int) -> list:
-    """Good traces' answers first (this project's own traffic), then the base's general ones."""
-    from training.trainer import Example
-
-    own = [Example(context, answer, tools) for _, (context, answer, tools) in good_traces]
-    return [*own, *general][:limit]
-
-
 def _good_traces(trace_ids: list[int]) -> list[tuple[Trace, tuple]]:
     traces = Trace.objects.filter(pk__in=trace_ids).order_by("-id")
     return [(trace, answer) for trace in traces if (answer := final_answer(trace)) is not None]
@@ -231,58 +182,9 @@ def _tools_by_trace(targets: list) -> dict[int, list[dict] | None]:
     return tools
 
 
-def _latest_checkpoint(directory: Path) -> Path | None:
-    """The newest complete checkpoint an earlier attempt of this run left behind."""
-    if not directory.is_dir():
-        return None
-    complete = sorted(path for path in directory.glob("step-*") if path.is_dir())
-    return complete[-1] if complete else None
-
-
-def _evaluation_replier(run: TrainingRun, model_dir: Path, tokenizer, client: httpx.Client):
-    """The evaluation's greedy replies come from the first of the run's model servers that
-    answers and serves its base model (its candidates loaded there under names no route
-    knows), else from this process. Returns the replier and the record of what answered
-    (filled in as it answers)."""
-    from training.repliers import InProcessReplier, ServerReplier
-
-    project = run.project
-    in_process = InProcessReplier(tokenizer.eos_token_id)
-    served_name = project.upstream_model or project.served_model
-    for url in run_plan(run).model_servers(project):
-        try:
-            served = client.get(f"{url}/models", timeout=5).json()["data"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            continue
-        # The served name alone could be another model: the weights' directory must match too.
-        roots = {entry.get("root") for entry in served if entry.get("id") == served_name}
-        if not any(_same_model(root, model_dir, project.base_model) for root in roots):
-            continue
-        server = ServerReplier(
-            client,
-            url,
-            base_model=served_name,
-            scratch_dir=Path(settings.ADAPTERS_DIR) / ".evaluation",
-            eos_token_id=tokenizer.eos_token_id,
-            fallback=in_process,
-            name_prefix=f"eval-run{run.pk}",
-        )
-        return server, server.record
-    return in_process, {"server": "", "error": "no model server serving the base model answered"}
-
-
-def _same_model(root: str | None, model_dir: Path, base_model: str) -> bool:
-    """vLLM's `root` is the --model it was started with: the base model's name or a directory
-    (the same one, or a copy of it under the same name on the server's machine)."""
-    if not root:
-        return False
-    return root == base_model or Path(root).name == Path(model_dir).resolve().name
-
-
-def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cache, replier) -> dict:
-    """Before/after on the feedback (trained and held out) and on the regression prompts."""
-    from training.eval_sets import general_regression_items
-    from training.evaluation import evaluate_adapter
+def _feedback_items(targets: list, held_out: list, tools: dict) -> list[dict]:
+    """The evaluation's feedback items: one per feedback, trained or held out, its teacher
+    shown the feedback as a hint (how far the student is from following it)."""
     from training.targets import hint_context
 
     first_per_feedback: dict[int, DistillationTarget] = {}
@@ -290,7 +192,7 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cach
         first_per_feedback.setdefault(target.feedback_id, target)
     held_out_ids = {target.feedback_id for target in held_out}
     tags = tags_by_trace({target.feedback.trace_id for target in first_per_feedback.values()})
-    feedback_items = [
+    return [
         {
             "feedback_id": target.feedback_id,
             "target_id": target.pk,
@@ -305,7 +207,11 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cach
         }
         for target in first_per_feedback.values()
     ]
-    trace_items = [
+
+
+def _trace_items(good_traces: list[tuple[Trace, tuple]]) -> list[dict]:
+    """Regression items from good traces: how far the adapter drifts from their answers."""
+    return [
         {
             "source": "trace",
             "trace_id": trace.pk,
@@ -317,14 +223,6 @@ def _evaluate(model, tokenizer, targets, held_out, tools, good_traces, base_cach
         }
         for trace, (context, answer, trace_tools) in good_traces
     ]
-    return evaluate_adapter(
-        model,
-        tokenizer,
-        feedback_items,
-        general_regression_items() + trace_items,
-        base_cache,
-        replier=replier,
-    )
 
 
 def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
@@ -375,37 +273,54 @@ def _gate_and_deploy(run: TrainingRun, adapter: Adapter, metrics: dict) -> str:
     return RunStatus.DEPLOYED
 
 
-class _RunReporter:
-    """Writes a run's progress and heartbeat as it trains, and reads its cancel flag."""
+class _RunCallbacks:
+    """The run's side of its job: moves its status between phases, writes its progress and
+    heartbeat, reads its cancel flag, and names its adapter."""
 
-    def __init__(self, run_id: int) -> None:
-        self.run_id = run_id
+    MOVES: "dict[Phase, tuple[str, str]]" = {
+        "training": (RunStatus.BUILDING, RunStatus.TRAINING),
+        "evaluating": (RunStatus.TRAINING, RunStatus.EVALUATING),
+    }
+
+    def __init__(self, run: TrainingRun) -> None:
+        self.run = run
+        self.status: str = RunStatus.BUILDING  # the one this worker last moved the run to
         self.last_write = 0.0
-        self.loss_curve: list[float] = []
+        self.adapter_version: int | None = None
 
-    def progress(self, step: int, total: int, loss: float, tokens_per_s: float, eta_s: float):
-        self.loss_curve.append(round(float(loss), 5))
+    def on_phase(self, phase: "Phase") -> None:
+        source, target = self.MOVES[phase]
+        move(self.run.pk, source=source, target=target)
+        self.status = target
+
+    def on_progress(self, progress: "Progress") -> None:
         now = time.monotonic()
-        if now - self.last_write < PROGRESS_INTERVAL_S and step < total:
+        if now - self.last_write < PROGRESS_INTERVAL_S and progress.step < progress.total_steps:
             return
         self.last_write = now
-        TrainingRun.objects.filter(pk=self.run_id, status=RunStatus.TRAINING).update(
+        TrainingRun.objects.filter(pk=self.run.pk, status=RunStatus.TRAINING).update(
             progress={
-                "step": step,
-                "total_steps": total,
-                "loss": round(float(loss), 5),
-                "tokens_per_s": round(tokens_per_s, 1),
-                "eta_s": round(eta_s, 1),
+                "step": progress.step,
+                "total_steps": progress.total_steps,
+                "loss": round(float(progress.loss), 5),
+                "tokens_per_s": round(progress.tokens_per_s, 1),
+                "eta_s": round(progress.eta_s, 1),
             },
-            loss_curve=self.loss_curve,
+            loss_curve=[round(float(loss), 5) for loss in progress.loss_curve],
             heartbeat_at=timezone.now(),
         )
 
     def should_stop(self) -> bool:
-        """Cancelled, or no longer training (failed as stale meanwhile): stop at this step."""
+        """Cancelled, or no longer where this worker moved it (failed as stale meanwhile)."""
         return not TrainingRun.objects.filter(
-            pk=self.run_id, status=RunStatus.TRAINING, cancel_requested=False
+            pk=self.run.pk, status=self.status, cancel_requested=False
         ).exists()
+
+    def adapter_name(self) -> str:
+        project = self.run.project
+        latest = Adapter.objects.filter(project=project).aggregate(latest=Max("version"))
+        self.adapter_version = (latest["latest"] or 0) + 1
+        return f"{project.slug}-v{self.adapter_version}"
 
 
 class _Heartbeat:

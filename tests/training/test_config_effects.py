@@ -3,7 +3,7 @@
 Trainer fields: the same tiny run with one field changed trains differently (steps, tokens,
 sequences left out, the loss curve, the adapter's weights or its shape). Fields the run uses
 outside the trainer (teacher_prompt, held_out_fraction, replay_examples, gate_candidates) are
-shown where the run uses them; each test below names its field.
+shown where the run uses them (replay_examples in test_job.py); each test names its field.
 """
 
 import dataclasses
@@ -12,7 +12,7 @@ import hashlib
 import pytest
 import torch
 
-from reviewapp.learning.retrain import _replay_examples, _training_data
+from reviewapp.learning.retrain import _training_data
 from training.config import TrainingConfig
 from training.eval_sets import held_out_feedback
 from training.trainer import DistillItem, Example, add_lora, load_base_model, train
@@ -159,13 +159,6 @@ def test_teacher_prompt_decides_what_the_distill_teacher_sees(prompt, shows_orig
 
     assert (original in item.teacher_context) is shows_original
     assert "paris" in str(item.teacher_context)
-
-
-def test_replay_examples_bounds_the_forgetting_guards_data():
-    general = [Example([{"role": "user", "content": str(n)}], {}) for n in range(40)]
-
-    assert len(_replay_examples(general, [], 32)) == 32
-    assert len(_replay_examples(general, [], 5)) == 5
 
 
 def test_held_out_fraction_decides_how_much_feedback_is_held_out():

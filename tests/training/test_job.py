@@ -1,0 +1,212 @@
+"""run_job, the one entry point of a training job: plain data in, an outcome out, the caller
+told of phases and progress and asked whether to stop. A tiny random model saved to disk, the
+evaluation answered in this process; the callbacks are plain recorders."""
+
+import dataclasses
+import json
+
+import pytest
+
+from training.adapters import adapter_checksum
+from training.config import TrainingConfig
+from training.eval_sets import GENERAL_REGRESSION_PROMPTS
+from training.gate import GateThresholds
+from training.job import Progress, TrainingJob, run_job
+from training.targets import hint_context
+from training.trainer import Example
+
+QUESTIONS = ["what is the capital of france ?", "what is the capital of italy ?", "say hello"]
+CONFIG = TrainingConfig(
+    lora_r=4,
+    lora_alpha=8,
+    learning_rate=1e-2,
+    epochs=2,
+    min_steps=6,
+    per_device_batch_size=2,
+    save_every_steps=2,
+    max_seq_len=64,
+)
+
+
+def _user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+class Recorder:
+    """Callbacks that keep what they hear; `stop_at` says which question of should_stop (in
+    a phase) answers True."""
+
+    def __init__(self, stop_at: tuple[str, int] | None = None) -> None:
+        self.stop_at = stop_at
+        self.phases: list[str] = []
+        self.progress: list[Progress] = []
+        self.stop_questions: list[str] = []
+        self.names_asked = 0
+
+    def on_phase(self, phase: str) -> None:
+        self.phases.append(phase)
+
+    def on_progress(self, progress: Progress) -> None:
+        self.progress.append(dataclasses.replace(progress, loss_curve=list(progress.loss_curve)))
+
+    def should_stop(self) -> bool:
+        phase = self.phases[-1]
+        self.stop_questions.append(phase)
+        return self.stop_at == (phase, self.stop_questions.count(phase))
+
+    def adapter_name(self) -> str:
+        self.names_asked += 1
+        return f"acme-v{self.names_asked}"
+
+
+@pytest.fixture
+def make_job(tmp_path, make_tiny_llama, make_tiny_tokenizer):
+    base = tmp_path / "tiny-base"
+    make_tiny_llama().save_pretrained(base)
+    make_tiny_tokenizer().save_pretrained(base)
+
+    def make(**changes) -> TrainingJob:
+        job = TrainingJob(
+            config=CONFIG,
+            base_model=str(base),
+            model_cache_dir=tmp_path / "cache",
+            checkpoint_dir=tmp_path / "checkpoints",
+            adapter_root=tmp_path / "adapters",
+            thresholds=GateThresholds(min_fixed_fraction=0),
+            examples=[
+                Example(_user(q), {"role": "assistant", "content": f"answer : {q}"})
+                for q in QUESTIONS
+            ],
+            feedback_items=[
+                {
+                    "feedback_id": 7,
+                    "context": _user(QUESTIONS[0]),
+                    # Not what the examples teach: the tiny model fails it before and after.
+                    "teacher_context": hint_context(_user(QUESTIONS[0]), "say paris"),
+                    "checks": [{"kind": "regex", "value": "^paris"}],
+                }
+            ],
+            target_ids=[11, 12, 13],
+            lineage={"run_id": 5},
+        )
+        return dataclasses.replace(job, **changes)
+
+    return make
+
+
+def test_a_job_trains_evaluates_and_writes_the_chosen_adapter(make_job, tmp_path):
+    callbacks = Recorder()
+
+    outcome = run_job(make_job(), callbacks)
+
+    assert callbacks.phases == ["training", "evaluating"]
+    assert [progress.step for progress in callbacks.progress] == [1, 2, 3, 4, 5, 6]
+    assert {progress.total_steps for progress in callbacks.progress} == {6}
+    assert callbacks.progress[-1].loss_curve == outcome.loss_curve
+    assert not outcome.stopped
+    assert outcome.chosen == next(c for c in outcome.metrics["candidates"] if c["chosen"])
+    assert outcome.chosen["step"] == outcome.metrics["train"]["chosen_step"] == 6
+    assert outcome.metrics["train"]["targets"] == 3
+    assert [row["feedback_id"] for row in outcome.metrics["items"]] == [7]
+    regression = outcome.metrics["regression"]["items"]
+    assert [row["source"] for row in regression] == ["general"] * len(GENERAL_REGRESSION_PROMPTS)
+    assert outcome.metrics["evaluated_on"]["server"] == ""  # no server listed: in process
+    assert outcome.adapter.path == tmp_path / "adapters" / "acme-v1"
+    assert outcome.adapter.checksum == adapter_checksum(outcome.adapter.path)
+    lineage = json.loads((outcome.adapter.path / "lineage.json").read_text())
+    assert (lineage["target_ids"], lineage["run_id"]) == ([11, 12, 13], 5)
+    assert not (tmp_path / "checkpoints").exists()  # the adapter holds what they were for
+
+
+def test_a_stop_while_training_ends_the_job_before_its_evaluation(make_job, tmp_path):
+    callbacks = Recorder(stop_at=("training", 3))
+
+    outcome = run_job(make_job(), callbacks)
+
+    assert outcome.stopped
+    assert callbacks.phases == ["training"]
+    assert len(outcome.loss_curve) == 2
+    assert (outcome.chosen, outcome.adapter, callbacks.names_asked) == (None, None, 0)
+    assert not (tmp_path / "adapters").exists()
+
+
+@pytest.mark.parametrize("question", [1, 2, 3])
+def test_a_stop_while_evaluating_writes_no_adapter(make_job, tmp_path, question):
+    """Asked before each candidate and before writing: the gate refuses every candidate here,
+    so the final one and one checkpoint are evaluated (questions 1, 2), then it writes (3)."""
+    job = make_job(thresholds=GateThresholds(min_fixed_fraction=1))
+    callbacks = Recorder(stop_at=("evaluating", question))
+
+    outcome = run_job(job, callbacks)
+
+    assert outcome.stopped
+    assert callbacks.stop_questions.count("evaluating") == question
+    assert (outcome.adapter, callbacks.names_asked) == (None, 0)
+    assert not (tmp_path / "adapters").exists()
+
+
+def test_a_gate_refusal_still_writes_the_final_adapter_with_the_reason(make_job):
+    job = make_job(thresholds=GateThresholds(min_fixed_fraction=1))
+
+    outcome = run_job(job, Recorder())
+
+    assert [(c["step"], c["chosen"]) for c in outcome.metrics["candidates"]] == [
+        (6, True),
+        (4, False),
+    ]
+    assert outcome.chosen["passed"] is False
+    assert "the gate asks for 100%" in outcome.chosen["reason"]
+    assert outcome.adapter is not None  # kept for inspection; the caller does not deploy it
+
+
+def test_a_job_resumes_from_the_checkpoint_an_earlier_attempt_left(make_job):
+    job = make_job()
+    first = run_job(job, Recorder(stop_at=("training", 3)))  # stopped after step 2's checkpoint
+    callbacks = Recorder()
+
+    resumed = run_job(job, callbacks)
+
+    assert [progress.step for progress in callbacks.progress] == [3, 4, 5, 6]
+    assert callbacks.progress[0].loss_curve[:2] == first.loss_curve
+    assert resumed.loss_curve[:2] == first.loss_curve
+    assert resumed.metrics["train"]["steps"] == 6
+
+
+def test_a_phase_the_caller_refuses_ends_the_job_with_its_error(make_job):
+    class Refused(Exception):
+        pass
+
+    class RefusesTraining(Recorder):
+        def on_phase(self, phase: str) -> None:
+            raise Refused(phase)
+
+    callbacks = RefusesTraining()
+
+    with pytest.raises(Refused, match="training"):
+        run_job(make_job(), callbacks)
+
+    assert callbacks.progress == []
+
+
+def test_replay_examples_bounds_the_forgetting_guards_data_the_jobs_own_first(make_job):
+    replay = [Example(_user(q), {"role": "assistant", "content": q}) for q in QUESTIONS]
+    job = make_job(config=dataclasses.replace(CONFIG, replay_examples=2), replay=replay)
+
+    outcome = run_job(job, Recorder())
+
+    assert outcome.metrics["train"]["replay_examples"] == 2
+
+
+def test_the_jobs_regression_items_are_evaluated_besides_the_general_facts(make_job):
+    good_trace = {
+        "source": "trace",
+        "trace_id": 3,
+        "context": _user(QUESTIONS[1]),
+        "reference": {"role": "assistant", "content": "rome"},
+    }
+
+    outcome = run_job(make_job(regression_items=[good_trace]), Recorder())
+
+    [row] = [r for r in outcome.metrics["regression"]["items"] if r["source"] == "trace"]
+    assert row["trace_id"] == 3
+    assert outcome.metrics["regression"]["mean_drift"] == pytest.approx(row["drift"], abs=1e-4)

@@ -1,0 +1,208 @@
+"""One training job from start to end: load the base model, train (resuming from the newest
+checkpoint an earlier attempt left), let the evaluation gate choose among the candidates, write
+the chosen adapter. Plain data in (TrainingJob), a plain outcome out (TrainingOutcome); the
+caller hears of phases and progress, and is asked whether to stop, through JobCallbacks.
+
+No Django: reviewapp/learning/retrain.py builds the job from a run, moves the run's status in
+`on_phase`, and records what comes back.
+"""
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import httpx
+
+# Called through the module: tests wrap trainer.add_lora and trainer.train to act mid-phase.
+from training import trainer
+from training.adapters import AdapterInfo, write_adapter
+from training.base_models import resolve_base_model
+from training.candidates import choose_candidate
+from training.config import TrainingConfig
+from training.eval_sets import general_regression_items
+from training.evaluation import evaluate_adapter
+from training.gate import GateThresholds
+from training.replay import base_replay_examples
+from training.repliers import ModelServers, choose_replier
+
+# One greedy reply of up to MAX_EVAL_TOKENS on a busy CPU server, all items in flight at once.
+EVALUATION_TIMEOUT_S = 300.0
+
+Phase = Literal["training", "evaluating"]
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """Everything a job reads; nothing else (no database, no settings) is consulted."""
+
+    config: TrainingConfig
+    base_model: str  # a bundled model's name or a Hugging Face model directory
+    model_cache_dir: Path  # bundled models converted once, the base's replay answers cached
+    checkpoint_dir: Path  # checkpoints go here, and a job finding some there resumes
+    adapter_root: Path  # the chosen adapter is written to `adapter_root/<adapter_name()>`
+    thresholds: GateThresholds
+    examples: Sequence[trainer.Example] = ()  # sft
+    items: Sequence[trainer.DistillItem] = ()  # distill
+    # The forgetting guard trains on these first, then on the base's answers to the general
+    # replay prompts, `config.replay_examples` in all.
+    replay: Sequence[trainer.Example] = ()
+    # training.evaluation's feedback items (trained and `held_out`); the evaluation adds the
+    # general regression facts to `regression_items`.
+    feedback_items: Sequence[dict[str, Any]] = ()
+    regression_items: Sequence[dict[str, Any]] = ()
+    # The adapter's lineage.json: the targets it learned from, and more (the run's id, say).
+    target_ids: Sequence[int] = ()
+    lineage: dict[str, Any] = field(default_factory=dict)
+    # Where the evaluation's greedy replies may come from; None: this process answers them.
+    evaluation_servers: ModelServers | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int  # optimizer steps done, resumed ones included
+    total_steps: int
+    loss: float
+    tokens_per_s: float
+    eta_s: float
+    # Every step's loss so far, resumed steps included: the job's own list, copy it to keep it.
+    loss_curve: Sequence[float]
+
+
+class JobCallbacks(Protocol):
+    def on_phase(self, phase: Phase) -> None:
+        """The job starts training (the model is loaded) or evaluating (training is done).
+        What this raises ends the job there and reaches run_job's caller."""
+        ...
+
+    def on_progress(self, progress: Progress) -> None:
+        """After every optimizer step."""
+        ...
+
+    def should_stop(self) -> bool:
+        """Asked before every training step, before each candidate's evaluation and before
+        the adapter is written; True ends the job there, stopped, with nothing written."""
+        ...
+
+    def adapter_name(self) -> str:
+        """The name the chosen adapter is written under; asked once, just before writing."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrainingOutcome:
+    stopped: bool  # should_stop() ended the job: no candidate chosen, no adapter written
+    loss_curve: list[float]  # one loss per optimizer step, resumed steps included
+    # The chosen candidate's row: its step and the gate's decision on it (`passed`, `reason`).
+    chosen: dict[str, Any] | None = None
+    # The chosen candidate's evaluation report, every candidate tried, where the replies came
+    # from, and what training did.
+    metrics: dict[str, Any] = field(default_factory=dict)
+    adapter: AdapterInfo | None = None
+
+
+class _Stopped(Exception):
+    """should_stop() said so between two candidates' evaluations."""
+
+
+def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
+    """Train, evaluate and write one adapter as `job` says, reporting through `callbacks`."""
+    config = job.config
+    model_dir = resolve_base_model(job.base_model, job.model_cache_dir)
+    base, tokenizer = trainer.load_base_model(model_dir, config)
+    general = base_replay_examples(base, tokenizer, cache_dir=job.model_cache_dir / "replay")
+    replay = [*job.replay, *general][: config.replay_examples]
+    model = trainer.add_lora(base, config)
+
+    callbacks.on_phase("training")
+    resume_from = _latest_checkpoint(job.checkpoint_dir)
+    # The curve continues the one a dead worker's checkpoint holds.
+    loss_curve = trainer.checkpoint_loss_curve(resume_from) if resume_from else []
+
+    def on_progress(step: int, total: int, loss: float, tokens_per_s: float, eta_s: float):
+        loss_curve.append(loss)
+        callbacks.on_progress(Progress(step, total, loss, tokens_per_s, eta_s, loss_curve))
+
+    result = trainer.train(
+        model,
+        tokenizer,
+        config,
+        examples=job.examples,
+        items=job.items,
+        replay=replay,
+        on_progress=on_progress,
+        should_stop=callbacks.should_stop,
+        checkpoint_dir=job.checkpoint_dir if config.save_every_steps else None,
+        resume_from=resume_from,
+    )
+    if result.stopped:
+        return TrainingOutcome(stopped=True, loss_curve=result.loss_curve)
+
+    callbacks.on_phase("evaluating")
+    regression_items = [*general_regression_items(), *job.regression_items]
+    base_side: dict = {}  # the base's replies, answered once for every candidate
+    with httpx.Client(timeout=EVALUATION_TIMEOUT_S) as client:
+        replier, evaluated_on = choose_replier(
+            client,
+            job.evaluation_servers,
+            model_dir=model_dir,
+            base_model=job.base_model,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+
+        def evaluate() -> dict:
+            if callbacks.should_stop():
+                raise _Stopped
+            return evaluate_adapter(
+                model, tokenizer, job.feedback_items, regression_items, base_side, replier=replier
+            )
+
+        try:
+            report, candidates = choose_candidate(
+                model, config, result, evaluate=evaluate, thresholds=job.thresholds
+            )
+        except _Stopped:
+            return TrainingOutcome(stopped=True, loss_curve=result.loss_curve)
+    if callbacks.should_stop():
+        return TrainingOutcome(stopped=True, loss_curve=result.loss_curve)
+
+    chosen = next(candidate for candidate in candidates if candidate["chosen"])
+    metrics = {
+        **report,
+        "candidates": candidates,
+        "evaluated_on": dict(evaluated_on),
+        "train": {
+            "steps": result.steps,
+            "chosen_step": chosen["step"],
+            "tokens": result.tokens,
+            "seconds": round(result.seconds, 1),
+            "skipped": result.skipped,
+            "targets": len(job.examples) + len(job.items),
+            "replay_examples": len(replay),
+        },
+    }
+    shutil.rmtree(job.checkpoint_dir, ignore_errors=True)  # the model holds the chosen one
+    adapter = write_adapter(
+        model,
+        job.adapter_root,
+        callbacks.adapter_name(),
+        config,
+        list(job.target_ids),
+        extra=job.lineage,
+    )
+    return TrainingOutcome(
+        stopped=False,
+        loss_curve=result.loss_curve,
+        chosen=chosen,
+        metrics=metrics,
+        adapter=adapter,
+    )
+
+
+def _latest_checkpoint(directory: Path) -> Path | None:
+    """The newest complete checkpoint an earlier attempt of this job left behind."""
+    if not directory.is_dir():
+        return None
+    complete = sorted(path for path in directory.glob("step-*") if path.is_dir())
+    return complete[-1] if complete else None
