@@ -10,8 +10,9 @@ overwrites what happened. A worker whose move is refused stops working on the ru
 Cancel is a flag a person sets (request_cancel); the worker honours it in every phase. While it
 is set, no move but to cancelled or failed is made, so the worker's next move (building ->
 training, evaluating -> deploying, deploying -> deployed under the route's lock, ...) is refused
-and the worker ends the run `cancelled` (end_cancelled). It also looks between training steps
-and before each evaluation of a candidate (stop_if_cancel_requested).
+and the worker ends the run `cancelled` (end_cancelled). It also looks between training steps,
+before each evaluation of a candidate and before writing the adapter (the training job's
+`should_stop`, reviewapp/learning/retrain.py).
 """
 
 import json
@@ -93,10 +94,6 @@ class TransitionRefused(RuntimeError):
     """The run is no longer in the status a move expected: someone else decided its fate."""
 
 
-class CancelRequested(TransitionRefused):
-    """A person asked to cancel the run: its worker stops here (see end_cancelled)."""
-
-
 def move(run_id: int, *, source: str, target: str, **fields) -> None:
     """Move a run from `source` to `target` (with `fields`), or raise TransitionRefused.
 
@@ -113,13 +110,6 @@ def move(run_id: int, *, source: str, target: str, **fields) -> None:
         current = TrainingRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
         logger.warning("run %s: %s -> %s refused, it is %s", run_id, source, target, current)
         raise TransitionRefused(f"run {run_id} is {current}, not {source}")
-
-
-def stop_if_cancel_requested(run_id: int) -> None:
-    """Raise CancelRequested if a person asked to cancel: for a point between two pieces of
-    work where the worker may stop cleanly (between candidates' evaluations, say)."""
-    if TrainingRun.objects.filter(pk=run_id, cancel_requested=True).exists():
-        raise CancelRequested(f"run {run_id}: cancel requested")
 
 
 def end_cancelled(run_id: int) -> bool:
