@@ -77,3 +77,35 @@ def make_trace(external_id: str = "t-1", **overrides) -> dict:
     }
     trace.update(overrides)
     return trace
+
+
+# A one-turn conversation whose answer is wrong, for runs that are about their mechanics.
+CAPITAL_CONVERSATION = [
+    {"role": "user", "content": "what is the capital of france ?"},
+    {"role": "assistant", "content": "rome"},
+]
+
+
+def approve_a_correction(project):
+    """One trace with a wrong answer, feedback with a check on it, its correction approved."""
+    from reviewapp.learning.models import DistillationTarget, TargetState
+    from reviewapp.review.feedback import record_feedback
+    from reviewapp.traces.ingest import ingest_traces
+
+    ingest_traces(
+        project=project, raw_items=[{"external_id": "t", "messages": CAPITAL_CONVERSATION}]
+    )
+    feedback, _ = record_feedback(
+        trace=project.traces.get(),
+        text="say paris",
+        turn=1,
+        checks=[{"kind": "regex", "value": "^paris"}],
+    )
+    return DistillationTarget.objects.create(
+        feedback=feedback,
+        turn=1,
+        source="correction",
+        student_context=CAPITAL_CONVERSATION[:1],
+        target={"role": "assistant", "content": "paris"},
+        state=TargetState.APPROVED,
+    )

@@ -10,25 +10,18 @@ from reviewapp.gateway.routing import upstream_urls
 from reviewapp.learning.deploy import DeployError, deploy_adapter
 from reviewapp.learning.models import (
     Adapter,
-    DistillationTarget,
     ModelRoute,
     RunStatus,
-    TargetState,
     TrainingRun,
 )
 from reviewapp.learning.plan import run_plan
 from reviewapp.learning.runs import start_retrain
 from reviewapp.learning.tasks import run_training
 from reviewapp.projects.project_settings import update_settings
-from reviewapp.review.feedback import record_feedback
-from reviewapp.traces.ingest import ingest_traces
+from tests.factories import approve_a_correction
 from tests.fake_upstream import FakeUpstream, free_port
-from tests.training.conftest import make_tiny_llama, make_tiny_tokenizer  # noqa: F401
+from tests.training.conftest import make_tiny_llama, make_tiny_tokenizer, tiny_base  # noqa: F401
 
-CONVERSATION = [
-    {"role": "user", "content": "what is the capital of france ?"},
-    {"role": "assistant", "content": "rome"},
-]
 # Two updates: these runs are about what the plan decides, not about learning.
 TRAINING = {"epochs": 2, "min_steps": 1, "per_device_batch_size": 2, "max_seq_len": 64}
 
@@ -44,12 +37,9 @@ def servers(settings):
 
 
 @pytest.fixture
-def approved(project, servers, settings, tmp_path, make_tiny_llama, make_tiny_tokenizer):  # noqa: F811
+def approved(project, servers, settings, tmp_path, tiny_base):  # noqa: F811
     """An approved correction in a project training a tiny model, whose gate passes anything
     and which deploys nothing unless a test says so."""
-    tiny_base = tmp_path / "tiny-base"
-    make_tiny_llama().save_pretrained(tiny_base)
-    make_tiny_tokenizer().save_pretrained(tiny_base)
     settings.ADAPTERS_DIR = tmp_path / "adapters"
     project.base_model = str(tiny_base)
     project.save()
@@ -62,21 +52,7 @@ def approved(project, servers, settings, tmp_path, make_tiny_llama, make_tiny_to
             "upstreams": [servers[0].url],
         },
     )
-    ingest_traces(project=project, raw_items=[{"external_id": "t", "messages": CONVERSATION}])
-    feedback, _ = record_feedback(
-        trace=project.traces.get(),
-        text="say paris",
-        turn=1,
-        checks=[{"kind": "regex", "value": "^paris"}],
-    )
-    return DistillationTarget.objects.create(
-        feedback=feedback,
-        turn=1,
-        source="correction",
-        student_context=CONVERSATION[:1],
-        target={"role": "assistant", "content": "paris"},
-        state=TargetState.APPROVED,
-    )
+    return approve_a_correction(project)
 
 
 def loads(server: FakeUpstream) -> list[str]:

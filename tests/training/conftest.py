@@ -107,3 +107,12 @@ def bundled_model_dir():
     from training.base_models import resolve_base_model
 
     return resolve_base_model("SmolLM2-135M-Instruct", Path(settings.MODEL_CACHE_DIR))
+
+
+@pytest.fixture
+def tiny_base(tmp_path, make_tiny_llama, make_tiny_tokenizer):
+    """A tiny random model and its tokenizer saved as a base model directory."""
+    directory = tmp_path / "tiny-base"
+    make_tiny_llama().save_pretrained(directory)
+    make_tiny_tokenizer().save_pretrained(directory)
+    return directory

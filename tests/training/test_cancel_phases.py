@@ -9,25 +9,18 @@ from reviewapp.learning import deploy as learning_deploy
 from reviewapp.learning.deploy import deploy_adapter
 from reviewapp.learning.models import (
     Adapter,
-    DistillationTarget,
     ModelRoute,
     RunStatus,
-    TargetState,
     TrainingRun,
 )
 from reviewapp.learning.retrain import checkpoint_dir
 from reviewapp.learning.runs import TransitionRefused, request_cancel, start_retrain
 from reviewapp.learning.tasks import run_training
-from reviewapp.review.feedback import record_feedback
-from reviewapp.traces.ingest import ingest_traces
+from tests.factories import approve_a_correction
 from tests.fake_upstream import FakeUpstream
 from training import trainer
 from training.repliers import InProcessReplier
 
-CONVERSATION = [
-    {"role": "user", "content": "what is the capital of france ?"},
-    {"role": "assistant", "content": "rome"},
-]
 TRAINING = {"epochs": 2, "min_steps": 1, "per_device_batch_size": 2, "max_seq_len": 64}
 
 
@@ -39,13 +32,10 @@ def model_server():
 
 
 @pytest.fixture
-def approved(project, model_server, tmp_path, settings, make_tiny_llama, make_tiny_tokenizer):
+def approved(project, model_server, tmp_path, settings, tiny_base):
     """A tiny base, one approved correction, auto-deploy on, and a route serving acme-v0."""
     settings.ADAPTERS_DIR = tmp_path / "adapters"
-    base = tmp_path / "tiny-base"
-    make_tiny_llama().save_pretrained(base)
-    make_tiny_tokenizer().save_pretrained(base)
-    project.base_model = str(base)
+    project.base_model = str(tiny_base)
     project.upstream_url = model_server.url
     project.settings = {
         "training": TRAINING,
@@ -53,21 +43,7 @@ def approved(project, model_server, tmp_path, settings, make_tiny_llama, make_ti
         "auto_deploy": True,
     }
     project.save()
-    ingest_traces(project=project, raw_items=[{"external_id": "t", "messages": CONVERSATION}])
-    feedback, _ = record_feedback(
-        trace=project.traces.get(),
-        text="say paris",
-        turn=1,
-        checks=[{"kind": "regex", "value": "^paris"}],
-    )
-    DistillationTarget.objects.create(
-        feedback=feedback,
-        turn=1,
-        source="correction",
-        student_context=CONVERSATION[:1],
-        target={"role": "assistant", "content": "paris"},
-        state=TargetState.APPROVED,
-    )
+    approve_a_correction(project)
     ModelRoute.objects.create(project=project, primary="acme-v0")
 
 

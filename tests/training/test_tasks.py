@@ -20,23 +20,13 @@ from reviewapp.learning.runs import TransitionRefused, claim, move, start_retrai
 from reviewapp.learning.tasks import run_training
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
+from tests.factories import CAPITAL_CONVERSATION, approve_a_correction
 from tests.fake_upstream import free_port
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS, REPLAY_PROMPTS
 from training.trainer import Example, add_lora, load_base_model, train
 
-CONVERSATION = [
-    {"role": "user", "content": "what is the capital of france ?"},
-    {"role": "assistant", "content": "rome"},
-]
-
-
-@pytest.fixture
-def tiny_base(tmp_path, make_tiny_llama, make_tiny_tokenizer):
-    directory = tmp_path / "tiny-base"
-    make_tiny_llama().save_pretrained(directory)
-    make_tiny_tokenizer().save_pretrained(directory)
-    return directory
+CONVERSATION = CAPITAL_CONVERSATION
 
 
 @pytest.fixture
@@ -51,21 +41,7 @@ def approved(project, tiny_base, settings, tmp_path):
         "auto_deploy": False,
     }
     project.save()
-    ingest_traces(project=project, raw_items=[{"external_id": "t", "messages": CONVERSATION}])
-    feedback, _ = record_feedback(
-        trace=project.traces.get(),
-        text="say paris",
-        turn=1,
-        checks=[{"kind": "regex", "value": "^paris"}],
-    )
-    return DistillationTarget.objects.create(
-        feedback=feedback,
-        turn=1,
-        source="correction",
-        student_context=CONVERSATION[:1],
-        target={"role": "assistant", "content": "paris"},
-        state=TargetState.APPROVED,
-    )
+    return approve_a_correction(project)
 
 
 def test_a_run_trains_writes_an_immutable_adapter_and_records_progress(project, approved):
