@@ -25,7 +25,7 @@ from django.dispatch import receiver
 from django.urls import get_resolver, set_script_prefix
 from django.utils.module_loading import import_string
 
-from reviewapp.gateway.errors import openai_error, openai_error_for_exception
+from reviewapp.gateway.errors import answers_in_openai_shape, openai_error
 
 # What the gateway answers; every other path (including other /v1/ ones) is the site's.
 GATEWAY_PATHS = frozenset({"/v1/chat/completions", "/v1/models"})
@@ -113,19 +113,6 @@ def _applies(request, response, header: str, exempt: str, setting: str) -> bool:
     )
 
 
-def _openai_errors_from(get_response):
-    """Django's convert_exception_to_response for the gateway: an exception raised below
-    (a middleware's, say) is answered in OpenAI's shape, never as Django's HTML page."""
-
-    async def inner(request):
-        try:
-            return await get_response(request)
-        except Exception as error:  # whatever it is, the harness gets JSON
-            return openai_error_for_exception(request, error)
-
-    return inner
-
-
 class GatewayHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
@@ -136,10 +123,12 @@ class GatewayHandler(ASGIHandler):
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
-        handler = _openai_errors_from(self._get_response_async)
+        # In place of Django's convert_exception_to_response: an exception below any layer (a
+        # middleware's, say) is answered in OpenAI's shape, never as Django's HTML page.
+        handler = answers_in_openai_shape(self._get_response_async)
         for path in reversed(settings.GATEWAY_MIDDLEWARE):
             middleware = _EVENT_LOOP_VERSIONS.get(path) or import_string(path)
-            handler = _openai_errors_from(_InEventLoop(middleware(handler), handler))
+            handler = answers_in_openai_shape(_InEventLoop(middleware(handler), handler))
         self._middleware_chain = handler
 
     def resolve_request(self, request):
