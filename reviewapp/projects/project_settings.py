@@ -4,6 +4,7 @@ bad value is refused where it is written, with a message that names the field.
 """
 
 import copy
+from functools import partial
 from typing import Any, Literal, get_args
 
 from django.conf import settings
@@ -209,20 +210,21 @@ def _check_reach(project: Project, changed: ProjectSettings, sections: set[str])
     """The addresses and keys among the changed sections must be ones the operator offers.
     Checked only where they change: a list the operator shrank since does not block other
     sections (what is stored and no longer allowed is skipped where it is used)."""
-    try:
-        if "upstreams" in sections:
-            for index, url in enumerate(changed.upstreams):
-                field = f"upstreams.{index}"
-                check_upstream(project, url)
-        if "teacher" in sections:
-            field = "teacher.url"
-            if changed.teacher.url:
-                check_teacher_url(project, changed.teacher.url)
-            field = "teacher.key_name"
-            if changed.teacher.key_name:
-                check_teacher_key(changed.teacher.key_name)
-    except OutboundRefused as error:
-        raise SettingsError(f"{field}: {error}") from None
+    checks = []  # (field, check)
+    if "upstreams" in sections:
+        checks += [
+            (f"upstreams.{index}", partial(check_upstream, project, url))
+            for index, url in enumerate(changed.upstreams)
+        ]
+    if "teacher" in sections and changed.teacher.url:
+        checks.append(("teacher.url", partial(check_teacher_url, project, changed.teacher.url)))
+    if "teacher" in sections and changed.teacher.key_name:
+        checks.append(("teacher.key_name", partial(check_teacher_key, changed.teacher.key_name)))
+    for field, check in checks:
+        try:
+            check()
+        except OutboundRefused as error:
+            raise SettingsError(f"{field}: {error}") from None
 
 
 @transaction.atomic
