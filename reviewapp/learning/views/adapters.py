@@ -75,7 +75,7 @@ def adapter_list(request: HttpRequest, slug: str) -> HttpResponse:
         {"adapter": adapter, "deployment": deployment_of(adapter, context["route"])}
         for adapter in adapters
     ]
-    return render(request, "adapters/list.html", context)
+    return render(request, "learning/adapters.html", context)
 
 
 def _deployment_context(request: HttpRequest, membership, adapter: Adapter, **extra) -> dict:
@@ -154,7 +154,7 @@ def _divergence_chart(lineage) -> str:
 def adapter_detail(request: HttpRequest, slug: str, version: int) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
     adapter = get_adapter_for_membership(membership, version)
-    return render(request, "adapters/detail.html", _detail_context(request, membership, adapter))
+    return render(request, "learning/adapter.html", _detail_context(request, membership, adapter))
 
 
 def _detail_context(request: HttpRequest, membership, adapter: Adapter, **extra) -> dict:
@@ -184,10 +184,10 @@ def _after_action(
     """htmx: the deployment block again; without JS: back to the page (or it, with the error)."""
     if request.htmx:
         context = _deployment_context(request, membership, adapter, error=error)
-        return render(request, "adapters/detail.html#deployment", context, status=status)
+        return render(request, "learning/adapter.html#deployment", context, status=status)
     if error:
         context = _detail_context(request, membership, adapter, error=error)
-        return render(request, "adapters/detail.html", context, status=status)
+        return render(request, "learning/adapter.html", context, status=status)
     return redirect("adapter_detail", slug=membership.project.slug, version=adapter.version)
 
 

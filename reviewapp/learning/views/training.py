@@ -75,7 +75,7 @@ def target_list(request: HttpRequest, slug: str) -> HttpResponse:
         "state": state,
         **_policy_context(membership.project),
     }
-    return render(request, "training/targets.html", context)
+    return render(request, "learning/targets.html", context)
 
 
 def _policy_context(project, form: AutoApproveForm | None = None, approved_now: int = 0) -> dict:
@@ -108,7 +108,7 @@ def target_policy(request: HttpRequest, slug: str) -> HttpResponse:
     if not request.htmx and status == 200:
         return redirect("target_list", slug=slug)
     context = {**_base_context(request, membership), **_policy_context(project, form, approved_now)}
-    return render(request, "training/targets.html#target-policy", context, status=status)
+    return render(request, "learning/targets.html#target-policy", context, status=status)
 
 
 @require_POST
@@ -136,7 +136,7 @@ def target_choice(request: HttpRequest, slug: str, feedback_id: int) -> HttpResp
         "group": feedback_targets_for(feedback=feedback),
         "error": error,
     }
-    return render(request, "training/targets.html#feedback-targets", context, status=status)
+    return render(request, "learning/targets.html#feedback-targets", context, status=status)
 
 
 @login_required
@@ -188,7 +188,7 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
         "error": error,
         **_settings_context(project),
     }
-    return render(request, "training/retrain.html", context, status=422 if error else 200)
+    return render(request, "learning/retrain.html", context, status=422 if error else 200)
 
 
 def _settings_context(project: Project) -> dict:
@@ -230,8 +230,8 @@ def run_detail(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
         "percent": _percent(run),
     }
     if request.htmx:
-        return render(request, "training/run.html#run-status", context)
-    return render(request, "training/run.html", context)
+        return render(request, "learning/run.html#run-status", context)
+    return render(request, "learning/run.html", context)
 
 
 def _percent(run: TrainingRun) -> int:

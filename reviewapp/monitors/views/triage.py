@@ -77,10 +77,10 @@ def triage_rules(request: HttpRequest, slug: str) -> HttpResponse:
             )
             return _back_to_rules(request, slug)
         context = _rules_context(membership, form=form, action=request.path)
-        template = "triage/_rule_form.html" if request.htmx else "triage/rules.html"
+        template = "monitors/_rule_form.html" if request.htmx else "monitors/rules.html"
         return render(request, template, context, status=422)
     context = _rules_context(membership, form=form, action=request.path)
-    return render(request, "triage/rules.html", context)
+    return render(request, "monitors/rules.html", context)
 
 
 def _back_to_rules(request: HttpRequest, slug: str) -> HttpResponse:
@@ -109,8 +109,8 @@ def triage_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespo
         status = 422
     context = _page(membership, form=form, rule=rule, action=request.path)
     if request.htmx:
-        return render(request, "triage/_rule_form.html", context, status=status)
-    return render(request, "triage/rule_edit.html", context, status=status)
+        return render(request, "monitors/_rule_form.html", context, status=status)
+    return render(request, "monitors/rule_edit.html", context, status=status)
 
 
 @require_POST
@@ -124,7 +124,7 @@ def triage_rule_run(request: HttpRequest, slug: str, rule_id: int) -> HttpRespon
     jobs.enqueue_on_commit(jobs.RUN_TRIAGE_RULE, rule.pk)
     context = _rules_context(membership, running=rule)
     if request.htmx:
-        return render(request, "triage/rules.html#rule-table", context)
+        return render(request, "monitors/rules.html#rule-table", context)
     return redirect("triage_rules", slug=slug)
 
 
@@ -146,7 +146,7 @@ def failure_clusters_page(request: HttpRequest, slug: str) -> HttpResponse:
         chosen=count,
         max_clusters=MAX_CLUSTERS,
     )
-    return render(request, "triage/clusters.html", context)
+    return render(request, "monitors/clusters.html", context)
 
 
 def _similar_context(request: HttpRequest, membership: Membership, trace: Trace, **extra) -> dict:
@@ -178,8 +178,8 @@ def trace_similar(request: HttpRequest, slug: str, trace_id: int) -> HttpRespons
     trace = get_trace_for_membership(membership, trace_id)
     context = _similar_context(request, membership, trace)
     if request.htmx:
-        return render(request, "triage/similar.html#similar-traces", context)
-    return render(request, "triage/similar.html", context)
+        return render(request, "monitors/similar.html#similar-traces", context)
+    return render(request, "monitors/similar.html", context)
 
 
 @require_POST
@@ -191,7 +191,7 @@ def trace_apply_feedback(request: HttpRequest, slug: str, trace_id: int) -> Http
     form = ApplyFeedbackForm(request.POST, trace=trace)
     if not form.is_valid():
         context = _similar_context(request, membership, trace, apply_form=form)
-        return render(request, "triage/similar.html#similar-traces", context, status=422)
+        return render(request, "monitors/similar.html#similar-traces", context, status=422)
     applied = apply_feedback_to_traces(
         feedback=form.cleaned_data["feedback"],
         traces=list(form.cleaned_data["traces"]),
@@ -199,5 +199,5 @@ def trace_apply_feedback(request: HttpRequest, slug: str, trace_id: int) -> Http
     )
     context = _similar_context(request, membership, trace, applied=applied)
     if request.htmx:
-        return render(request, "triage/similar.html#similar-traces", context)
-    return render(request, "triage/similar.html", context)
+        return render(request, "monitors/similar.html#similar-traces", context)
+    return render(request, "monitors/similar.html", context)

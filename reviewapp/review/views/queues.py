@@ -65,7 +65,7 @@ def queue_list(request: HttpRequest, slug: str) -> HttpResponse:
     queues = with_progress(Queue.objects.filter(project=membership.project)).order_by(
         "-created_at", "-id"
     )
-    return render(request, "queues/list.html", _page(membership, queues=queues))
+    return render(request, "review/queues.html", _page(membership, queues=queues))
 
 
 @login_required
@@ -107,7 +107,7 @@ def queue_create(request: HttpRequest, slug: str) -> HttpResponse:
         matching=filtered_traces(project, filters).count() if filters is not None else None,
         max_items=MAX_QUEUE_ITEMS,
     )
-    return render(request, "queues/create.html", context, status=status)
+    return render(request, "review/queue_create.html", context, status=status)
 
 
 @require_GET
@@ -121,8 +121,8 @@ def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse
         may_work=membership.can_review and _may_work(queue, request.user),
     )
     if request.htmx:
-        return render(request, "queues/detail.html#queue-progress", context)
-    return render(request, "queues/detail.html", context)
+        return render(request, "review/queue.html#queue-progress", context)
+    return render(request, "review/queue.html", context)
 
 
 @require_POST
@@ -160,7 +160,7 @@ def _open_next_item(request: HttpRequest, membership: Membership, queue: Queue) 
     item = reserve_next_item(queue=queue, reviewer=request.user)
     if item is None and not request.htmx:
         context = _page(membership, queue=queue, progress=queue_progress(queue))
-        return render(request, "queues/done.html", context)
+        return render(request, "review/queue_done.html", context)
     if item is None:  # htmx swaps no page in: the queue page shows that all is done
         url = reverse("queue_detail", args=[membership.project.slug, queue.pk])
     else:
@@ -199,7 +199,7 @@ def queue_agreement(request: HttpRequest, slug: str, queue_id: int) -> HttpRespo
         disagreements=disagreements,
         more_disagreements=max(len(disputed) - MAX_DISAGREEMENTS_SHOWN, 0),
     )
-    return render(request, "queues/agreement.html", context)
+    return render(request, "review/queue_agreement.html", context)
 
 
 def _finished_reviews(queue: Queue) -> tuple[dict[int, QueueItem], list, dict[int, dict]]:

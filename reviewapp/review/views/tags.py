@@ -62,8 +62,8 @@ def _render_taxonomy(request, membership, *, form=None, error="", status=200) ->
         "tag_error": error,
     }
     if request.htmx:
-        return render(request, "projects/tags.html#taxonomy", context, status=status)
-    return render(request, "projects/tags.html", context, status=status)
+        return render(request, "review/tags.html#taxonomy", context, status=status)
+    return render(request, "review/tags.html", context, status=status)
 
 
 @login_required
