@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from reviewapp.forms import FeedbackForm
+from reviewapp.fragments import render_page
 from reviewapp.learning.lineage import adapters_by_feedback
 from reviewapp.projects.access import (
     first_or_404,
@@ -106,9 +107,7 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     }
     if request.htmx and request.htmx.target == "more-row":
         return render(request, "traces/list.html#trace-rows", context)
-    if request.htmx:
-        return render(request, "traces/list.html#trace-results", context)
-    return render(request, "traces/list.html", context)
+    return render_page(request, "traces/list.html", context, fragment="trace-results")
 
 
 def _get_trace_for_reviewer(user, slug: str, trace_id: int) -> tuple[Membership, Trace]:
@@ -128,6 +127,20 @@ def _feedback_panel_context(request: HttpRequest, membership, trace) -> dict:
         **_review_context(request, membership, trace),
         "feedback_form": FeedbackForm(turns=conversation(trace.body_json()["messages"])),
     }
+
+
+def _feedback_panel_after(
+    request: HttpRequest, membership, trace, *, anchor: str = "feedback-panel", changed: bool = True
+) -> HttpResponse:
+    """After an action on the trace's feedback: htmx re-renders the panel (and, when the
+    feedback changed, tells "more like this" to reload); a plain form post goes back to the
+    trace page at `anchor`."""
+    if not request.htmx:
+        page = reverse("trace_detail", args=[membership.project.slug, trace.pk])
+        return redirect(f"{page}#{anchor}")
+    context = _feedback_panel_context(request, membership, trace)
+    response = render(request, "traces/detail.html#feedback-panel", context)
+    return trigger_client_event(response, REVIEW_CHANGED) if changed else response
 
 
 def _review_context(request: HttpRequest, membership, trace) -> dict:
@@ -237,14 +250,10 @@ def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpRe
             )
         except FeedbackError as error:
             form.add_error(None, str(error))
-    context = {**_review_context(request, membership, trace), "feedback_form": form}
     if form.errors:
+        context = {**_review_context(request, membership, trace), "feedback_form": form}
         return render(request, "traces/detail.html#feedback-panel", context, status=422)
-    context["feedback_form"] = FeedbackForm(turns=conversation(body["messages"]))
-    if request.htmx:
-        response = render(request, "traces/detail.html#feedback-panel", context)
-        return trigger_client_event(response, REVIEW_CHANGED)
-    return redirect(reverse("trace_detail", args=[slug, trace.pk]) + "#feedback-panel")
+    return _feedback_panel_after(request, membership, trace)
 
 
 @require_POST
@@ -256,11 +265,7 @@ def feedback_delete(
     feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
     if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
         delete_feedback(feedback=feedback)
-    context = _feedback_panel_context(request, membership, trace)
-    if request.htmx:
-        response = render(request, "traces/detail.html#feedback-panel", context)
-        return trigger_client_event(response, REVIEW_CHANGED)
-    return redirect("trace_detail", slug=slug, trace_id=trace.pk)
+    return _feedback_panel_after(request, membership, trace)
 
 
 @require_POST
@@ -274,10 +279,9 @@ def feedback_retry(
     feedback = Feedback.objects.filter(trace=trace, pk=feedback_id).first()
     if feedback is not None:
         retry_feedback(feedback=feedback)  # one still too long stays failed, its reason shown
-    context = _feedback_panel_context(request, membership, trace)
-    if request.htmx:
-        return render(request, "traces/detail.html#feedback-panel", context)
-    return redirect(reverse("trace_detail", args=[slug, trace.pk]) + f"#feedback-{feedback_id}")
+    return _feedback_panel_after(
+        request, membership, trace, anchor=f"feedback-{feedback_id}", changed=False
+    )
 
 
 @require_POST

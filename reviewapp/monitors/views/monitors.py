@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET
 
 from reviewapp.charts import multi_line_chart, stacked_bar_chart
 from reviewapp.forms import MonitorForm
+from reviewapp.fragments import render_page
 from reviewapp.gateway.refusals import recent_refusals
 from reviewapp.learning.dataset import build_training_set, data_policy_for, set_data_policy
 from reviewapp.learning.models import TargetState
@@ -182,10 +183,13 @@ def monitors(request: HttpRequest, slug: str) -> HttpResponse:
         "since": filters.get("since"),
         "refusals": recent_refusals(project),
     }
-    status = 200 if valid else 422
-    if request.htmx:
-        return render(request, "monitors/monitors.html#monitor-results", context, status=status)
-    return render(request, "monitors/monitors.html", context, status=status)
+    return render_page(
+        request,
+        "monitors/monitors.html",
+        context,
+        fragment="monitor-results",
+        status=200 if valid else 422,
+    )
 
 
 def _alert_count(request: HttpRequest, project: Project) -> HttpResponse:

@@ -9,6 +9,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from reviewapp import jobs
 from reviewapp.forms import CONDITION_FIELDS, ApplyFeedbackForm, TriageRuleForm
+from reviewapp.fragments import render_page
 from reviewapp.monitors.models import TriageRule
 from reviewapp.monitors.similarity import failure_clusters, similar_traces, suggested_tags
 from reviewapp.monitors.triage import ANY_TOOL, rules_with_counts, save_rule
@@ -177,9 +178,7 @@ def trace_similar(request: HttpRequest, slug: str, trace_id: int) -> HttpRespons
     membership = get_membership_for_user(request.user, slug)
     trace = get_trace_for_membership(membership, trace_id)
     context = _similar_context(request, membership, trace)
-    if request.htmx:
-        return render(request, "monitors/similar.html#similar-traces", context)
-    return render(request, "monitors/similar.html", context)
+    return render_page(request, "monitors/similar.html", context, fragment="similar-traces")
 
 
 @require_POST
@@ -198,6 +197,4 @@ def trace_apply_feedback(request: HttpRequest, slug: str, trace_id: int) -> Http
         reviewer=request.user,
     )
     context = _similar_context(request, membership, trace, applied=applied)
-    if request.htmx:
-        return render(request, "monitors/similar.html#similar-traces", context)
-    return render(request, "monitors/similar.html", context)
+    return render_page(request, "monitors/similar.html", context, fragment="similar-traces")

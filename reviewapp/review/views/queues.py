@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from reviewapp.forms import QueueForm
+from reviewapp.fragments import render_page
 from reviewapp.projects.access import (
     first_or_404,
     get_admin_membership_for_user,
@@ -120,9 +121,7 @@ def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse
         progress=queue_progress(queue),
         may_work=membership.can_review and _may_work(queue, request.user),
     )
-    if request.htmx:
-        return render(request, "review/queue.html#queue-progress", context)
-    return render(request, "review/queue.html", context)
+    return render_page(request, "review/queue.html", context, fragment="queue-progress")
 
 
 @require_POST

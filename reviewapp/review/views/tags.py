@@ -3,9 +3,10 @@
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from reviewapp.fragments import render_page
 from reviewapp.projects.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
@@ -61,9 +62,7 @@ def _render_taxonomy(request, membership, *, form=None, error="", status=200) ->
         "tags": tags,
         "tag_error": error,
     }
-    if request.htmx:
-        return render(request, "review/tags.html#taxonomy", context, status=status)
-    return render(request, "review/tags.html", context, status=status)
+    return render_page(request, "review/tags.html", context, fragment="taxonomy", status=status)
 
 
 @login_required
