@@ -1,18 +1,21 @@
-"""The evaluation gate: the same prompts answered without and with the adapter, side by side.
+"""The evaluation gate: the same prompts answered by what serves now and by the candidate.
 
-Per item: greedy replies from the base (adapter disabled) and the student (adapter on), the
-item's checks on each, and a status:
+Per item: greedy replies from the serving side (the deployed adapter, loaded beside the
+candidate as a second adapter named SERVING_ADAPTER; the base, adapter disabled, where none
+serves) and the candidate (its adapter on), the item's checks on each, and a status:
 - fixed: failed before, passes now;     - still failing: failed before and now;
 - regressed: passed before, fails now;  - still passing: passed before and now.
 Feedback items may carry the teacher context (the feedback as a hint): the divergence between
-student and teacher on the student's own reply, before and after, shows whether training closed
-the gap. Regression items may carry an approved reply: the student's divergence from the base
-on it shows drift. Results are plain dicts, ready to store as JSON.
+student and teacher (the base shown the feedback) on the student's own reply, before and after,
+shows whether training closed the gap. Regression items may carry an approved reply: the
+student's divergence from the base on it shows drift. Feedback items carry their lesson (the
+feedback's text), and the report counts each lesson apart. Results are plain dicts, ready to
+store as JSON.
 """
 
 import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -25,12 +28,18 @@ from training.chat import (
     message_text,
     render_prompt,
 )
+from training.eval_sets import feedback_kind
+from training.gate import adherence
 from training.losses import per_token_topk_tail_kl
 from training.repliers import InProcessReplier, Replier
 from training.sampling import adapter_disabled, reply_logits
 from training.targets import run_checks
 
 STATUSES = ("fixed", "still failing", "regressed", "still passing")
+
+# The peft adapter name the serving adapter is loaded under, beside the candidate's "default".
+SERVING_ADAPTER = "serving"
+CANDIDATE_ADAPTER = "default"  # peft's name for the adapter add_lora made
 
 # Greedy replies long enough for the feedback's checks and the original answers (a check on
 # how an answer ends fails on any reply cut short), bounded so one rambling item costs little.
@@ -67,6 +76,7 @@ def compare_replies(
     batch_size: int = 8,
     base_cache: dict | None = None,
     replier: Replier | None = None,
+    serving: str | None = None,
 ) -> list[dict[str, Any]]:
     """Before/after results for items `{"context", "checks"?, "tools"?, "teacher_context"?,
     "reference"?, "original"?}` (reference: an approved assistant message for the context;
@@ -76,7 +86,8 @@ def compare_replies(
     `base_cache`: the base side (its greedy replies and their divergence from the teacher) is
     the same for every candidate adapter of a run; pass one dict to each evaluation and it is
     computed once. `replier` writes the greedy replies (default: in this process); the
-    divergence and drift are measured here either way."""
+    divergence and drift are measured here either way. `serving`: the name of the loaded
+    adapter that answers the before side (None: the base answers it)."""
     base_cache = {} if base_cache is None else base_cache
     replier = replier or InProcessReplier(tokenizer.eos_token_id, batch_size)
     budgets = [
@@ -85,7 +96,10 @@ def compare_replies(
     prompts = [render_prompt(tokenizer, item["context"], item.get("tools")) for item in items]
     before_key = ("replies", tuple(map(tuple, prompts)), tuple(budgets))
     if before_key not in base_cache:
-        base_cache[before_key] = replier.greedy_replies(model, prompts, budgets, adapter_on=False)
+        with active_adapter(model, serving):
+            base_cache[before_key] = replier.greedy_replies(
+                model, prompts, budgets, adapter_on=serving is not None
+            )
     replies_before = base_cache[before_key]
     replies_after = replier.greedy_replies(model, prompts, budgets, adapter_on=True)
 
@@ -103,6 +117,7 @@ def compare_replies(
             [replies_after[i] for i in chunk],
             k,
             base_cache,
+            serving,
         )
         for index, result in zip(chunk, batch, strict=True):
             results[index] = result
@@ -125,18 +140,22 @@ def evaluate_adapter(
     regression_items: Sequence[dict[str, Any]],
     base_cache: dict | None = None,
     replier: Replier | None = None,
+    serving: str | None = None,
 ) -> dict[str, Any]:
-    """The gate's report: before/after on the trained feedback, the held-out feedback and the
-    regression prompts.
+    """The gate's report: serving side against candidate on the trained feedback, the held-out
+    feedback and the regression prompts, and on each lesson apart.
 
-    Feedback items carry `held_out` and `tags`; both kinds may carry ids (`feedback_id`,
-    `target_id`, `trace_id`) and a `prompt`/`source`, kept in the stored rows with the
-    replies, checks and status (contexts are not stored). `base_cache`, `replier`: see
-    `compare_replies`.
+    Feedback items carry `held_out`, `tags`, `lesson` (the feedback's text) and
+    `learned_by_serving` (the serving adapter trained on that lesson); both kinds may carry ids
+    (`feedback_id`, `target_id`, `trace_id`) and a `prompt`/`source`, kept in the stored rows
+    with the replies, checks and status (contexts are not stored). `base_cache`, `replier`,
+    `serving`: see `compare_replies`.
     """
     inputs = [*feedback_items, *regression_items]
-    results = compare_replies(model, tokenizer, inputs, base_cache=base_cache, replier=replier)
-    kept_keys = ("feedback_id", "target_id", "trace_id", "source", "prompt")
+    results = compare_replies(
+        model, tokenizer, inputs, base_cache=base_cache, replier=replier, serving=serving
+    )
+    kept_keys = ("feedback_id", "target_id", "trace_id", "source", "prompt", "lesson")
     rows = [
         {**{key: item[key] for key in kept_keys if key in item}, **result}
         for item, result in zip(inputs, results, strict=True)
@@ -158,7 +177,35 @@ def evaluate_adapter(
     }
     if held_out_rows:
         report["held_out"] = {"summary": summarize(held_out_rows), "items": held_out_rows}
+    report["per_lesson"] = per_lesson(pairs)
     return report
+
+
+def per_lesson(pairs: Sequence[tuple[dict, dict]]) -> list[dict[str, Any]]:
+    """One row per lesson (feedback grouped by its text, compared without case or spacing), in
+    the order first seen: its trained and held-out counts and adherence before and after."""
+    lessons: dict[str, dict[str, Any]] = {}
+    for row, item in pairs:
+        text = " ".join((item.get("lesson") or "").split())
+        lesson = lessons.setdefault(
+            feedback_kind(text),
+            {
+                "lesson": text,
+                "checks": item.get("checks") or [],
+                "learned_by_serving": False,
+                "trained": dict.fromkeys(STATUSES, 0),
+                "held_out": dict.fromkeys(STATUSES, 0),
+            },
+        )
+        lesson["learned_by_serving"] |= bool(item.get("learned_by_serving"))
+        lesson["held_out" if item.get("held_out") else "trained"][row["status"]] += 1
+    for lesson in lessons.values():
+        for section in ("trained", "held_out"):
+            rates = adherence(lesson[section])
+            lesson[f"{section}_adherence"] = (
+                {"before": round(rates[0], 4), "after": round(rates[1], 4)} if rates else None
+            )
+    return list(lessons.values())
 
 
 def _per_tag(pairs: Sequence[tuple[dict, dict]]) -> dict[str, dict[str, int]]:
@@ -185,6 +232,7 @@ def _compare_batch(
     replies_after: list[list[int]],
     k: int,
     base_cache: dict,
+    serving: str | None,
 ) -> list[dict[str, Any]]:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -194,7 +242,9 @@ def _compare_batch(
         sides = {}
         for side, reply in (("before", before), ("after", after)):
             text = tokenizer.decode(reply, skip_special_tokens=True).strip()
-            check_results = run_checks(assistant_message_from_text(text), checks)
+            check_results = run_checks(
+                assistant_message_from_text(text), checks, context=item["context"]
+            )
             sides[side] = {
                 "reply": text,
                 "checks": [vars(result) for result in check_results],
@@ -212,18 +262,18 @@ def _compare_batch(
         ]
         student_prompts = [prompts[i] for i in teacher_rows]
 
-        def measure(replies: list[list[int]], adapter_on: bool) -> list[float]:
+        def measure(replies: list[list[int]], student: str | None) -> list[float]:
             return _student_teacher_divergence(
                 model,
                 student_prompts,
                 teacher_prompts,
                 [replies[i] for i in teacher_rows],
-                adapter_on=adapter_on,
+                student=student,
                 pad_token_id=pad,
                 k=k,
             )
 
-        # The base against the teacher is the same for every candidate.
+        # The serving side against the teacher is the same for every candidate.
         before_divergence = (
             "divergence",
             tuple(map(tuple, student_prompts)),
@@ -231,10 +281,10 @@ def _compare_batch(
             tuple(map(tuple, teacher_prompts)),
         )
         if before_divergence not in base_cache:
-            base_cache[before_divergence] = measure(replies_before, adapter_on=False)
+            base_cache[before_divergence] = measure(replies_before, student=serving)
         for side, values in (
             ("before", base_cache[before_divergence]),
-            ("after", measure(replies_after, adapter_on=True)),
+            ("after", measure(replies_after, student=CANDIDATE_ADAPTER)),
         ):
             for i, value in zip(teacher_rows, values, strict=True):
                 results[i][f"divergence_{side}"] = value
@@ -252,7 +302,7 @@ def _compare_batch(
             [prompt for prompt, _ in pairs],
             [prompt for prompt, _ in pairs],
             [reply for _, reply in pairs],
-            adapter_on=True,
+            student=CANDIDATE_ADAPTER,
             pad_token_id=pad,
             k=k,
         )
@@ -267,14 +317,29 @@ def _student_teacher_divergence(
     teacher_prompts: list[list[int]],
     replies: list[list[int]],
     *,
-    adapter_on: bool,
+    student: str | None,
     pad_token_id: int,
     k: int,
 ) -> list[float]:
-    """Teacher = the base (adapter disabled); student = the model with or without its adapter."""
+    """Teacher = the base (adapters disabled); student = the model under the adapter named
+    `student` (None: the base)."""
     with torch.no_grad():
         with adapter_disabled(model):
             teacher_logits, mask = reply_logits(model, teacher_prompts, replies, pad_token_id)
-        with contextlib.nullcontext() if adapter_on else adapter_disabled(model):
+        with active_adapter(model, student) if student else adapter_disabled(model):
             student_logits, _ = reply_logits(model, student_prompts, replies, pad_token_id)
     return divergence(student_logits, teacher_logits, mask, k)
+
+
+@contextlib.contextmanager
+def active_adapter(model: PeftModel, name: str | None) -> Iterator[None]:
+    """Answer under the loaded adapter `name` inside the block (None: leave the model as is)."""
+    if name is None or name == model.active_adapter:
+        yield
+        return
+    previous = model.active_adapter
+    model.set_adapter(name)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)

@@ -1,9 +1,15 @@
 """The evaluation gate: does a trained adapter earn traffic? Pure: the report in, a decision out.
 
-The report is what training/tasks.py stores as the run's metrics: per-status counts for the
-trained feedback items (`feedback_items`), and when present `held_out` and `regression` sections
-with a `summary` of the same counts (regression also carries `mean_drift`).
+"Before" is what serves now (the deployed adapter, the base where none is): a candidate must be
+no worse than it. The report is what training/evaluation.py builds: per-status counts for the
+trained feedback items (`feedback_items`), a `held_out` and a `regression` section with a
+`summary` of the same counts (regression also carries `mean_drift`), and `per_lesson`, one row
+per lesson (feedback grouped by its text) with its own trained and held-out counts. Fixed
+fractions are asked of each lesson, not of all feedback pooled: a lesson the candidate learned
+well does not hide one it did not. A report without `per_lesson` is judged as one lesson.
 """
+
+from collections.abc import Mapping
 
 from pydantic import ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass
@@ -14,15 +20,25 @@ from training.config import ConfigError, validation_problems
 # Bounded like TrainingConfig: a count or a drift past these is a slip, not a policy.
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
 class GateThresholds:
-    # Feedback items (trained or held out) that passed their checks before training and fail after.
+    # Feedback items (trained or held out, of any lesson) that passed their checks under the
+    # serving adapter and fail under the candidate: losing an earlier lesson's items is this.
     max_regressed: int = Field(0, ge=0, le=1000)
-    # Of the trained feedback items that failed before training, the share that must pass after.
+    # Of a lesson's trained items that fail under the serving adapter, the share that must pass
+    # under the candidate; asked of every lesson the serving adapter has not learned.
     min_fixed_fraction: float = Field(0.5, ge=0.0, le=1.0)
-    # The same share for held-out items of the same kind; 0 reports generalisation without
-    # requiring it (a few held-out items are a noisy signal).
+    # The same share for a lesson's held-out items; 0 reports generalisation without requiring
+    # it (a few held-out items are a noisy signal).
     min_held_out_fixed_fraction: float = Field(0.0, ge=0.0, le=1.0)
-    # Regression prompts (general facts, approved good traces) that the base answered right and
-    # the adapter gets wrong; one is tolerated as greedy-decoding noise on a small set.
+    # How far a lesson's held-out adherence (the share of its held-out items passing) may fall
+    # below the serving adapter's. 0.1 because the lessons ledger calls a lesson lost below 90%
+    # of the adherence it had when first learned: for a lesson learned to 1.0 that is 0.1, so a
+    # candidate the ledger would show as losing a lesson against what serves is refused. Not a
+    # measured noise figure: greedy replies make the serving side exact, the candidate's
+    # run-to-run spread was not measured. Below 1/(held-out items) it refuses any net loss.
+    max_held_out_adherence_drop: float = Field(0.1, ge=0.0, le=1.0)
+    # Regression prompts (general facts, approved good traces) that the serving adapter
+    # answered right and the candidate gets wrong; one is tolerated as greedy-decoding noise on
+    # a small set.
     max_regression_failures: int = Field(1, ge=0, le=1000)
     # Mean per-token KL(base || adapter) on approved good replies, in nats: how far the adapter
     # drifted on traffic the feedback did not ask to change.
@@ -37,35 +53,50 @@ class GateThresholds:
             raise ConfigError(validation_problems(error)) from None
 
 
+def adherence(counts: Mapping[str, int]) -> tuple[float, float] | None:
+    """(before, after): the share of items passing their checks under the serving adapter and
+    under the candidate; None for no items."""
+    total = sum(
+        counts.get(name, 0) for name in ("fixed", "still failing", "regressed", "still passing")
+    )
+    if not total:
+        return None
+    before = counts.get("still passing", 0) + counts.get("regressed", 0)
+    after = counts.get("still passing", 0) + counts.get("fixed", 0)
+    return before / total, after / total
+
+
 def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
-    """(passes, reason): the reason names every failed condition, or summarises a pass."""
+    """(passes, reason): the reason names every failed condition and the lessons it failed on,
+    or summarises a pass."""
     trained = report.get("feedback_items") or {}
     held_out = (report.get("held_out") or {}).get("summary") or {}
     regression = report.get("regression") or {}
+    lessons = report.get("per_lesson")
+    if lessons is None:
+        lessons = [{"lesson": "", "trained": trained, "held_out": held_out}]
     failures = []
 
     regressed = trained.get("regressed", 0) + held_out.get("regressed", 0)
     if regressed > thresholds.max_regressed:
+        where = [
+            f"{count} of {_named(lesson)}"
+            for lesson in lessons
+            if (
+                count := _count(lesson, "trained", "regressed")
+                + _count(lesson, "held_out", "regressed")
+            )
+        ]
         failures.append(
-            f"{regressed} feedback item(s) regressed (allowed: {thresholds.max_regressed})"
+            f"{regressed} feedback item(s) regressed against the serving model "
+            f"(allowed: {thresholds.max_regressed})" + (f": {', '.join(where)}" if where else "")
         )
-    fixed, failing_before = _fixed_of_failing(trained)
-    if failing_before and fixed / failing_before < thresholds.min_fixed_fraction:
-        failures.append(
-            f"fixed {fixed} of {failing_before} failing item(s) ({fixed / failing_before:.0%}), "
-            f"the gate asks for {thresholds.min_fixed_fraction:.0%}"
-        )
-    held_fixed, held_failing = _fixed_of_failing(held_out)
-    if held_failing and held_fixed / held_failing < thresholds.min_held_out_fixed_fraction:
-        failures.append(
-            f"fixed {held_fixed} of {held_failing} held-out item(s) "
-            f"({held_fixed / held_failing:.0%}), the gate asks for "
-            f"{thresholds.min_held_out_fixed_fraction:.0%}"
-        )
+    for lesson in lessons:
+        failures.extend(_lesson_failures(lesson, thresholds))
     broken = (regression.get("summary") or {}).get("regressed", 0)
     if broken > thresholds.max_regression_failures:
         failures.append(
-            f"{broken} regression prompt(s) answered right before and wrong after "
+            f"{broken} regression prompt(s) answered right by the serving model and wrong after "
             f"(allowed: {thresholds.max_regression_failures})"
         )
     drift = regression.get("mean_drift")
@@ -77,9 +108,13 @@ def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
     if failures:
         return False, "; ".join(failures)
 
+    fixed, failing_before = _fixed_of_failing(trained)
     summary = f"fixed {fixed} of {failing_before}, {regressed} regressed"
     if held_out:
+        held_fixed, held_failing = _fixed_of_failing(held_out)
         summary += f"; held out: fixed {held_fixed} of {held_failing}"
+    if len(lessons) > 1:
+        summary += f"; {len(lessons)} lessons each kept"
     if regression:
         summary += f"; regression prompts: {broken} broken"
         if drift is not None:
@@ -87,6 +122,47 @@ def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
     return True, summary
 
 
-def _fixed_of_failing(summary: dict) -> tuple[int, int]:
+def _lesson_failures(lesson: dict, thresholds: GateThresholds) -> list[str]:
+    """What one lesson fails: its fixed fractions (unless the serving adapter learned it
+    already: then what it must do is keep it) and its held-out adherence against serving."""
+    failures = []
+    name = _named(lesson)
+    trained = lesson.get("trained") or {}
+    held_out = lesson.get("held_out") or {}
+    if not lesson.get("learned_by_serving"):
+        fixed, failing = _fixed_of_failing(trained)
+        if failing and fixed / failing < thresholds.min_fixed_fraction:
+            failures.append(
+                f"{name}: fixed {fixed} of {failing} failing item(s) ({fixed / failing:.0%}), "
+                f"the gate asks for {thresholds.min_fixed_fraction:.0%}"
+            )
+        fixed, failing = _fixed_of_failing(held_out)
+        if failing and fixed / failing < thresholds.min_held_out_fixed_fraction:
+            failures.append(
+                f"{name}: fixed {fixed} of {failing} held-out item(s) ({fixed / failing:.0%}), "
+                f"the gate asks for {thresholds.min_held_out_fixed_fraction:.0%}"
+            )
+    held = adherence(held_out)
+    # A float's last bit must not refuse a drop exactly at the tolerance.
+    if held and held[0] - held[1] > thresholds.max_held_out_adherence_drop + 1e-9:
+        failures.append(
+            f"{name}: held-out adherence {held[1]:.2f} against {held[0]:.2f} serving "
+            f"(a drop of at most {thresholds.max_held_out_adherence_drop:.2f} allowed)"
+        )
+    return failures
+
+
+def _named(lesson: dict) -> str:
+    text = lesson.get("lesson") or ""
+    if not text:
+        return "the feedback"
+    return f'lesson "{text[:80]}{"..." if len(text) > 80 else ""}"'
+
+
+def _count(lesson: dict, section: str, name: str) -> int:
+    return (lesson.get(section) or {}).get(name, 0)
+
+
+def _fixed_of_failing(summary: Mapping[str, int]) -> tuple[int, int]:
     fixed = summary.get("fixed", 0)
     return fixed, fixed + summary.get("still failing", 0)

@@ -22,7 +22,7 @@ from training.base_models import resolve_base_model
 from training.candidates import choose_candidate
 from training.config import TrainingConfig
 from training.eval_sets import general_regression_items
-from training.evaluation import evaluate_adapter
+from training.evaluation import SERVING_ADAPTER, evaluate_adapter
 from training.gate import GateThresholds
 from training.replay import base_replay_examples
 from training.repliers import ModelServers, choose_replier
@@ -31,6 +31,15 @@ from training.repliers import ModelServers, choose_replier
 EVALUATION_TIMEOUT_S = 300.0
 
 Phase = Literal["training", "evaluating"]
+
+
+@dataclass(frozen=True)
+class ServingAdapter:
+    """The adapter that serves the project now: the evaluation's "before" side."""
+
+    name: str
+    version: int
+    path: Path  # its directory (adapter_config.json, adapter_model.safetensors)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,8 @@ class TrainingJob:
     lineage: dict[str, Any] = field(default_factory=dict)
     # Where the evaluation's greedy replies may come from; None: this process answers them.
     evaluation_servers: ModelServers | None = None
+    # What the candidate must be no worse than; None: the base serves.
+    serving_adapter: ServingAdapter | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +152,10 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
 
     callbacks.on_phase("evaluating")
     regression_items = [*general_regression_items(), *job.regression_items]
-    base_side: dict = {}  # the base's replies, answered once for every candidate
+    serving = job.serving_adapter
+    if serving is not None:  # beside the candidate, on the same base, until it is written
+        model.load_adapter(str(serving.path), adapter_name=SERVING_ADAPTER)
+    serving_side: dict = {}  # the serving side's replies, answered once for every candidate
     with httpx.Client(timeout=EVALUATION_TIMEOUT_S) as client:
         replier, evaluated_on = choose_replier(
             client,
@@ -155,7 +169,13 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             if callbacks.should_stop():
                 raise _Stopped
             return evaluate_adapter(
-                model, tokenizer, job.feedback_items, regression_items, base_side, replier=replier
+                model,
+                tokenizer,
+                job.feedback_items,
+                regression_items,
+                serving_side,
+                replier=replier,
+                serving=SERVING_ADAPTER if serving else None,
             )
 
         try:
@@ -164,6 +184,9 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             )
         except _Stopped:
             return TrainingOutcome(stopped=True, loss_curve=result.loss_curve)
+        finally:
+            if serving is not None:  # not written with the candidate
+                model.delete_adapter(SERVING_ADAPTER)
     if callbacks.should_stop():
         return TrainingOutcome(stopped=True, loss_curve=result.loss_curve)
 
@@ -172,6 +195,8 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         **report,
         "candidates": candidates,
         "evaluated_on": dict(evaluated_on),
+        # What the "before" side of every item was: the adapter serving when the run began.
+        "serving": {"name": serving.name, "version": serving.version} if serving else None,
         "train": {
             "steps": result.steps,
             "chosen_step": chosen["step"],

@@ -121,9 +121,12 @@ class ServerReplier:
         name = f"{self.name_prefix}-{uuid.uuid4().hex[:12]}"
         directory = self.scratch_dir / name
         try:
-            model.save_pretrained(directory)
+            # The active adapter only: the candidate, or the serving one loaded beside it.
+            active = model.active_adapter
+            model.save_pretrained(directory, selected_adapters=[active])
+            saved = directory if active == "default" else directory / active
             make_readable_by_all(directory)
-            load_adapter(self.client, self.base_url, name=name, path=str(directory))
+            load_adapter(self.client, self.base_url, name=name, path=str(saved))
             try:
                 return self._complete(name, prompts, budgets)
             finally:

@@ -33,6 +33,7 @@ def test_the_numeric_fields_are_found():
         "max_regressed",
         "min_fixed_fraction",
         "min_held_out_fixed_fraction",
+        "max_held_out_adherence_drop",
         "max_regression_failures",
         "max_mean_drift",
     }

@@ -132,3 +132,60 @@ def test_the_base_side_is_answered_once_for_every_candidate(yes_sayer, monkeypat
     assert (len(generated), len(measured)) == (3, 6)
     assert [r["before"] for r in second] == [r["before"] for r in first]
     assert [r["divergence_before"] for r in second] == [r["divergence_before"] for r in first]
+
+
+def test_an_item_the_serving_adapter_passes_and_the_candidate_fails_has_regressed(
+    yes_sayer, make_tiny_llama, tmp_path
+):
+    """The yes-sayer serves; a fresh candidate (a new adapter starts as the base) answers as
+    the base did, so an item only the yes-sayer passed is lost: regressed, not still failing."""
+    from training.evaluation import SERVING_ADAPTER, evaluate_adapter
+
+    serving, tokenizer = yes_sayer
+    serving.save_pretrained(tmp_path / "serving")
+    config = TrainingConfig(lora_r=4, lora_alpha=8)
+    candidate = add_lora(make_tiny_llama(), config)  # the yes-sayer's base: same seed
+    candidate.load_adapter(str(tmp_path / "serving"), adapter_name=SERVING_ADAPTER)
+    items = [
+        {
+            "context": _user(q),
+            "teacher_context": _user(q + " say yes"),
+            "checks": [{"kind": "regex", "value": "^yes$"}],
+            "lesson": "Answer  yes.",
+            "held_out": index == 2,
+            "learned_by_serving": True,
+        }
+        for index, q in enumerate(QUESTIONS)
+    ]
+
+    results = compare_replies(candidate, tokenizer, items, max_new_tokens=4, serving="serving")
+    report = evaluate_adapter(candidate, tokenizer, items, [], serving="serving")
+
+    assert [result["before"]["reply"] for result in results] == ["yes"] * 3
+    assert {result["status"] for result in results} == {"regressed"}
+    assert candidate.active_adapter == "default"  # the candidate answers again after
+    [lesson] = report["per_lesson"]
+    assert lesson["lesson"] == "Answer yes."
+    assert lesson["learned_by_serving"]
+    assert (lesson["trained"]["regressed"], lesson["held_out"]["regressed"]) == (2, 1)
+    assert lesson["held_out_adherence"] == {"before": 1.0, "after": 0.0}
+    assert results[0]["divergence_before"] != results[0]["divergence_after"]
+
+
+def test_items_are_counted_per_lesson_grouped_by_text_without_case_or_spacing(yes_sayer):
+    from training.evaluation import evaluate_adapter
+
+    model, tokenizer = yes_sayer
+    items = [
+        {"context": _user(q), "checks": [{"kind": "regex", "value": "^yes$"}], "lesson": text}
+        for q, text in zip(QUESTIONS, ["Say yes.", "say   YES.", "Say no."], strict=True)
+    ]
+
+    report = evaluate_adapter(model, tokenizer, items, [])
+
+    assert [(row["lesson"], row["trained"]["fixed"]) for row in report["per_lesson"]] == [
+        ("Say yes.", 2),
+        ("Say no.", 1),
+    ]
+    assert report["per_lesson"][0]["trained_adherence"] == {"before": 0.0, "after": 1.0}
+    assert report["per_lesson"][0]["held_out_adherence"] is None

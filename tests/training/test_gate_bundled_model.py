@@ -77,7 +77,7 @@ def test_an_adapter_that_forgot_facts_is_refused_and_routing_is_unchanged(
     assert run.status == RunStatus.GATE_FAILED
     assert run.metrics["feedback_items"]["fixed"] >= len(QUESTIONS) // 2  # it did learn "Answer:"
     assert regression["summary"]["regressed"] >= 2
-    assert "regression prompt(s) answered right before and wrong after" in run.error
+    assert "regression prompt(s) answered right by the serving model and wrong after" in run.error
     broken = [item for item in regression["items"] if item["status"] == "regressed"]
     assert all(item["source"] == "general" and item["before"]["passed"] for item in broken)
     # The adapter is kept for inspection, but nothing routes to it.

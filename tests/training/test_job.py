@@ -11,7 +11,7 @@ from training.adapters import adapter_checksum
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS
 from training.gate import GateThresholds
-from training.job import Progress, TrainingJob, run_job
+from training.job import Progress, ServingAdapter, TrainingJob, run_job
 from training.targets import hint_context
 from training.trainer import Example
 
@@ -210,3 +210,27 @@ def test_the_jobs_regression_items_are_evaluated_besides_the_general_facts(make_
     [row] = [r for r in outcome.metrics["regression"]["items"] if r["source"] == "trace"]
     assert row["trace_id"] == 3
     assert outcome.metrics["regression"]["mean_drift"] == pytest.approx(row["drift"], abs=1e-4)
+
+
+def test_the_serving_adapter_answers_the_before_side_and_is_not_written_with_the_candidate(
+    make_job, tmp_path
+):
+    """The same job twice: the second candidate is the first adapter again (same seed, same
+    data), so judged against it as the serving side, no item moves either way."""
+    first = run_job(make_job(), Recorder())
+    serving = ServingAdapter(name="acme-v1", version=1, path=first.adapter.path)
+    job = make_job(adapter_root=tmp_path / "second", serving_adapter=serving)
+
+    second = run_job(job, Recorder())
+
+    assert second.metrics["serving"] == {"name": "acme-v1", "version": 1}
+    assert first.metrics["serving"] is None
+    rows = [*second.metrics["items"], *second.metrics["regression"]["items"]]
+    assert {row["status"] for row in rows} <= {"still passing", "still failing"}
+    assert [row["before"]["reply"] for row in rows] == [row["after"]["reply"] for row in rows]
+    # Against the base, the first adapter's replies differed somewhere.
+    first_rows = [*first.metrics["items"], *first.metrics["regression"]["items"]]
+    assert any(row["before"]["reply"] != row["after"]["reply"] for row in first_rows)
+    assert sorted(path.name for path in second.adapter.path.iterdir()) == sorted(
+        path.name for path in first.adapter.path.iterdir()
+    )
