@@ -1,31 +1,63 @@
 """Chat rendering: conversations (OpenAI message dicts) to token ids, the way vLLM renders them.
 
-vLLM's /v1/chat/completions renders the messages with the tokenizer's chat template
+vLLM's /v1/chat/completions renders the messages with the chat template
 (`add_generation_prompt=True`) and tokenizes the text without adding special tokens; the model
 then writes the assistant turn. Training on a turn must see the same ids, so this module
 mirrors that: the content becomes its text by vLLM's rule (`messages.text`), and tool call
 arguments are parsed from JSON into dicts before the template sees them.
 
+The template: the tokenizer's own, except where `chat_template_for` replaces it. The bundled
+SmolLM2's own template drops tool definitions and tool calls, so the model would never see its
+own earlier calls; it is rendered with `TOOL_CHAT_TEMPLATE` instead (hermes style, the same text
+for plain conversations), and vLLM serves it with the same file (`training.vllm_server`).
+
 Tool calls in a target turn: a template that renders `tool_calls` is used as is. A template that
-ignores them (SmolLM2's does) would train the student on an empty turn, so the calls are written
-as hermes text (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`), which is what vLLM's
-hermes tool parser (`--tool-call-parser hermes`) turns back into `tool_calls` when the model
-writes it. Context turns are left as the server rendered them.
+ignores them would train the student on an empty turn, so the calls are written as hermes text
+(`<tool_call>{"name": ..., "arguments": ...}</tool_call>`), which is what vLLM's hermes tool
+parser (`--tool-call-parser hermes`) turns back into `tool_calls` when the model writes it.
+Context turns are left as the server rendered them.
 """
 
+from __future__ import annotations
+
+import hashlib
 import json
 import re
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from functools import lru_cache
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
 
 from messages.text import message_text
+
+if TYPE_CHECKING:  # the checks import the hermes parser here; the web process loads no torch
+    from transformers import PreTrainedTokenizerBase
 
 Message = dict[str, Any]
 
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # A tool name no real template prints unless it renders the tool calls it is given.
 _PROBE_TOOL_NAME = "probe_tool_7f3a"
+
+# Package data (pyproject's [tool.setuptools.package-data]): the one file trainer and server use.
+TOOL_CHAT_TEMPLATE = files("training") / "smollm2_tools.jinja"
+# SHA-256 of SmolLM2-135M-Instruct's own template (ChatML, tools ignored), as the bundled model's
+# conversion writes it: a tokenizer with exactly that template is rendered with ours instead.
+_REPLACED_TEMPLATES = {"872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788"}
+
+
+def chat_template_for(own_template: str | None) -> str | None:
+    """The template that renders in place of a model's own one, or None to keep its own."""
+    if not isinstance(own_template, str):  # none, or a tokenizer's set of named templates
+        return None
+    if hashlib.sha256(own_template.encode()).hexdigest() in _REPLACED_TEMPLATES:
+        return tool_chat_template()
+    return None
+
+
+@lru_cache(maxsize=1)
+def tool_chat_template() -> str:
+    """The text of `TOOL_CHAT_TEMPLATE`."""
+    return TOOL_CHAT_TEMPLATE.read_text()
 
 
 def render_prompt(
@@ -84,7 +116,7 @@ def with_tool_calls_as_text(message: Message) -> Message:
     """The assistant message with its tool calls appended to the content as hermes text."""
     blocks = [
         "<tool_call>\n"
-        + json.dumps({"name": call["function"]["name"], "arguments": _arguments(call)})
+        + json.dumps({"name": call["function"]["name"], "arguments": call_arguments(call)})
         + "\n</tool_call>"
         for call in message.get("tool_calls") or []
     ]
@@ -131,6 +163,7 @@ def _render_text(
         tools=tools or None,
         add_generation_prompt=add_generation_prompt,
         tokenize=False,
+        chat_template=chat_template_for(tokenizer.chat_template),
     )
 
 
@@ -139,13 +172,13 @@ def _as_served(message: Message) -> Message:
     served = {**message, "content": message_text(message)}
     if message.get("tool_calls"):
         served["tool_calls"] = [
-            {**call, "function": {**call["function"], "arguments": _arguments(call)}}
+            {**call, "function": {**call["function"], "arguments": call_arguments(call)}}
             for call in message["tool_calls"]
         ]
     return served
 
 
-def _arguments(call: dict) -> Any:
+def call_arguments(call: dict) -> Any:
     """A tool call's arguments as a dict; vLLM coerces malformed JSON to {} the same way."""
     arguments = call["function"].get("arguments")
     if isinstance(arguments, dict):

