@@ -10,11 +10,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from reviewapp.learning.models import TrainingRun
+from reviewapp.learning.models import Adapter, ModelRoute, TrainingRun
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import usable_upstreams
 from reviewapp.projects.project_settings import ProjectSettings, settings_for
 from training.gate import GateThresholds
+
+
+class ServingAdapterPlan(BaseModel):
+    """The adapter whose route was live when the run was created: the gate's "before" side."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    version: int
+    path: str
 
 
 class RunPlan(BaseModel):
@@ -26,6 +36,8 @@ class RunPlan(BaseModel):
     deploy_quorum: int = Field(ge=0)  # servers that must load the adapter first; 0: all
     # The model servers (base URLs) its evaluation asks and its deploy loads the adapter on.
     upstreams: tuple[str, ...] = Field(min_length=1)
+    # What the candidate is judged against; None: the base served (or a plan from before).
+    serving_adapter: ServingAdapterPlan | None = None
 
     @field_validator("gate", mode="before")
     @classmethod
@@ -41,11 +53,26 @@ class RunPlan(BaseModel):
             canary_share=project_settings.canary_share,
             deploy_quorum=project_settings.deploy_quorum_or_default(),
             upstreams=tuple(project_settings.model_servers(project)),
+            serving_adapter=serving_adapter(project),
         )
 
     def model_servers(self, project: Project) -> list[str]:
         """The frozen servers the operator still allows (MODEL_SERVERS or the project's own)."""
         return usable_upstreams(project, list(self.upstreams))
+
+
+def serving_adapter(project: Project) -> ServingAdapterPlan | None:
+    """The adapter answering the project's primary route now, if it is one of its own on the
+    project's base model (an adapter of another base cannot be loaded beside the candidate)."""
+    primary = ModelRoute.objects.filter(project=project).values_list("primary", flat=True).first()
+    adapter = (
+        Adapter.objects.filter(project=project, name=primary, base_model=project.base_model).first()
+        if primary
+        else None
+    )
+    if adapter is None:
+        return None
+    return ServingAdapterPlan(name=adapter.name, version=adapter.version, path=adapter.path)
 
 
 def frozen_plan(run: TrainingRun) -> RunPlan | None:

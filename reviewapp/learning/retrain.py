@@ -33,6 +33,7 @@ from reviewapp.learning.runs import TransitionRefused, end_cancelled, fail, move
 from reviewapp.learning.selectors import final_answer, tags_by_trace
 from reviewapp.traces.models import Trace
 from training.config import TrainingConfig
+from training.eval_sets import feedback_kind
 
 # The rest of training/ loads torch, transformers and peft (9 s here): functions import it
 # where they train, so a process that imports this module and never trains (a default-queue
@@ -95,7 +96,7 @@ def _execute(run: TrainingRun) -> str:
 
 def _training_job(run: TrainingRun) -> "TrainingJob":
     """The run's job: its config, data split and plan, as frozen when it was created."""
-    from training.job import TrainingJob
+    from training.job import ServingAdapter, TrainingJob
     from training.repliers import ModelServers
     from training.trainer import Example
 
@@ -115,6 +116,7 @@ def _training_job(run: TrainingRun) -> "TrainingJob":
     )
     tools = _tools_by_trace([*targets, *held_out])
     good_traces = _good_traces(split["replay"]["good_trace_ids"])
+    serving = plan.serving_adapter
     return TrainingJob(
         config=config,
         base_model=project.base_model,
@@ -125,7 +127,9 @@ def _training_job(run: TrainingRun) -> "TrainingJob":
         **_training_data(config, targets, tools),
         # This project's own traffic first, then the base's general answers.
         replay=[Example(context, answer, tools) for _, (context, answer, tools) in good_traces],
-        feedback_items=_feedback_items(targets, held_out, tools),
+        feedback_items=_feedback_items(
+            targets, held_out, tools, _lessons_learned_by(serving.name if serving else None)
+        ),
         regression_items=_trace_items(good_traces),
         target_ids=[target.pk for target in targets],
         lineage={"base_model": project.base_model, "run_id": run.pk},
@@ -137,7 +141,23 @@ def _training_job(run: TrainingRun) -> "TrainingJob":
             scratch_dir=Path(settings.ADAPTERS_DIR) / ".evaluation",
             name_prefix=f"eval-run{run.pk}",
         ),
+        serving_adapter=(
+            ServingAdapter(name=serving.name, version=serving.version, path=Path(serving.path))
+            if serving
+            else None
+        ),
     )
+
+
+def _lessons_learned_by(adapter_name: str | None) -> set[str]:
+    """The lessons (feedback kinds) the named adapter's run trained on."""
+    run = TrainingRun.objects.filter(adapter__name=adapter_name).first() if adapter_name else None
+    if run is None:
+        return set()
+    texts = DistillationTarget.objects.filter(
+        pk__in=run.data_split.get("train_target_ids") or []
+    ).values_list("feedback__text", flat=True)
+    return {feedback_kind(text) for text in texts}
 
 
 def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
@@ -182,9 +202,12 @@ def _tools_by_trace(targets: list) -> dict[int, list[dict] | None]:
     return tools
 
 
-def _feedback_items(targets: list, held_out: list, tools: dict) -> list[dict]:
+def _feedback_items(
+    targets: list, held_out: list, tools: dict, learned_by_serving: set[str]
+) -> list[dict]:
     """The evaluation's feedback items: one per feedback, trained or held out, its teacher
-    shown the feedback as a hint (how far the student is from following it)."""
+    shown the feedback as a hint (how far the student is from following it), its lesson the
+    feedback's text (`learned_by_serving`: the kinds the serving adapter trained on)."""
     from training.targets import hint_context
 
     first_per_feedback: dict[int, DistillationTarget] = {}
@@ -204,6 +227,8 @@ def _feedback_items(targets: list, held_out: list, tools: dict) -> list[dict]:
             "checks": target.feedback.checks,
             "original": target.original,
             "tools": tools[target.feedback.trace_id],
+            "lesson": target.feedback.text,
+            "learned_by_serving": feedback_kind(target.feedback.text) in learned_by_serving,
         }
         for target in first_per_feedback.values()
     ]

@@ -253,3 +253,34 @@ def test_a_retrain_in_an_unknown_mode_is_refused_and_starts_nothing(
     assert response.status_code == 422
     assert "mode: Select a valid choice" in response.content.decode()
     assert not TrainingRun.objects.exists()
+
+
+def test_a_run_freezes_the_adapter_serving_when_it_is_created_and_is_judged_against_it(
+    project, approved, alice
+):
+    """v1 deploys to all traffic; the next run records it as the gate's before side, keeps it
+    when the route moves meanwhile, and its evaluation answers "before" with it."""
+    update_settings(project=project, changes={"auto_deploy": True, "canary_share": 100})
+    first = start_retrain(project=project)
+    assert run_training(first.pk) == RunStatus.DEPLOYED
+    v1 = Adapter.objects.get(run=first)
+    assert first.plan["serving_adapter"] is None
+
+    second = start_retrain(project=project)
+    ModelRoute.objects.filter(project=project).update(primary="")  # moved after the start
+
+    assert second.plan["serving_adapter"] == {"name": v1.name, "version": 1, "path": v1.path}
+    assert run_plan(TrainingRun.objects.get(pk=second.pk)).serving_adapter.name == v1.name
+    run_training(second.pk)
+    second.refresh_from_db()
+    assert second.metrics["serving"] == {"name": v1.name, "version": 1}
+    # The same data and seed train the same adapter: against v1, nothing moves.
+    first.refresh_from_db()
+    rows = second.metrics["regression"]["items"]
+    assert [row["before"]["reply"] for row in rows] == [
+        row["after"]["reply"] for row in first.metrics["regression"]["items"]
+    ]
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/p/{project.slug}/runs/{second.pk}/")
+    assert f"<strong>{v1.name}</strong> (version 1), the adapter serving" in page.content.decode()
