@@ -152,7 +152,7 @@ def greedy(model, tokenizer, contexts: list[list[dict]]) -> list[str]:
 
 def adherence(replies: list[str], check: dict) -> float:
     passed = [
-        all(r.passed for r in evaluate_checks([check], text=reply, called_tools=()))
+        all(r.passed for r in evaluate_checks([check], text=reply))
         for reply in replies
     ]
     return sum(passed) / len(passed)

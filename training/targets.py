@@ -20,7 +20,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.chat import Message, assistant_message_from_text, message_text, render_prompt
-from training.checks import CheckResult, evaluate_checks
+from training.checks import CheckResult, check_reply
 from training.sampling import generate_replies
 
 # Measured on the bundled SmolLM2-135M with "Always begin your answer with 'Answer:'" over 8
@@ -134,12 +134,12 @@ def rewrite_context(
     ]
 
 
-def run_checks(reply: str | Message, checks: Sequence[dict]) -> list[CheckResult]:
-    """Each check (`{"kind", "value"}`) applied to a reply (generated text or a message)."""
-    message = assistant_message_from_text(reply) if isinstance(reply, str) else reply
-    text = message_text(message)
-    called_tools = {call["function"]["name"] for call in message.get("tool_calls") or []}
-    return evaluate_checks(checks, text=text, called_tools=called_tools)
+def run_checks(
+    reply: str | Message, checks: Sequence[dict], *, context: Sequence[Message] = ()
+) -> list[CheckResult]:
+    """Each check (`{"kind", "value"}`) applied to a reply (generated text or a message) given
+    the messages before it."""
+    return check_reply(checks, reply, context=context)
 
 
 def select_revisions(
@@ -202,7 +202,7 @@ def propose_targets(
             seen.add(key)
             failures = [
                 f"{result.kind} {result.value!r}"
-                for result in run_checks(sample.message, checks)
+                for result in run_checks(sample.message, checks, context=context)
                 if not result.passed
             ]
             if sample.truncated:
