@@ -18,6 +18,7 @@ from reviewapp.review.queues import MAX_QUEUE_ITEMS
 from reviewapp.traces.filters import TraceFilterForm
 from reviewapp.traces.models import Trace
 from reviewapp.traces.rendering import TurnView
+from training.checks import check_problem
 from training.config import TrainingMode
 
 
@@ -43,6 +44,22 @@ class FeedbackForm(forms.Form):
     check_not_regex = forms.CharField(label="Must not match (regex)", required=False)
     check_max_words = forms.IntegerField(label="At most N words", min_value=1, required=False)
     check_calls_tool = forms.CharField(label="Must call tool", required=False)
+    check_no_tool_call = forms.BooleanField(label="Must call no tool", required=False)
+    check_argument_tool = forms.CharField(label="Each call to tool", required=False)
+    check_argument_name = forms.CharField(label="has argument", required=False)
+    check_argument_pattern = forms.CharField(label="matching (regex)", required=False)
+    check_argument_schema = forms.CharField(
+        label="…or its arguments fit (JSON Schema)",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+    )
+    check_max_tool_calls = forms.IntegerField(
+        label="At most N tool calls", min_value=0, required=False
+    )
+    check_max_tool_calls_tool = forms.CharField(label="to tool (blank: any)", required=False)
+    check_answers_after_tool_success = forms.BooleanField(
+        label="Answers only after a tool result that did not fail", required=False
+    )
 
     def __init__(self, *args, turns: list[TurnView], **kwargs):
         super().__init__(*args, **kwargs)
@@ -75,7 +92,54 @@ class FeedbackForm(forms.Form):
                 json.loads(data.get("correction_arguments") or "{}")
             except ValueError as error:
                 self.add_error("correction_arguments", f"not valid JSON ({error})")
+        data["checks"] = []
+        for check, fields in self._requested_checks(data):
+            problem = check_problem(check["kind"], check["value"])
+            if problem:  # shown at the field it is about ("value.schema: ..." at the schema's)
+                where, _, reason = problem.partition(": ")
+                self.add_error(fields.get(where, fields["value"]), reason)
+            data["checks"].append(check)
         return data
+
+    def _requested_checks(self, data: dict) -> list[tuple[dict, dict[str, str]]]:
+        """The checks the filled-in fields ask for, each with the form field of each part of
+        its value (`value`, `value.tool`, ...)."""
+        requested = [
+            ({"kind": kind, "value": data[f"check_{kind}"]}, {"value": f"check_{kind}"})
+            for kind in ("regex", "not_regex", "max_words", "calls_tool")
+            if data.get(f"check_{kind}") not in (None, "")
+        ]
+        for kind in ("no_tool_call", "answers_after_tool_success"):
+            if data.get(f"check_{kind}"):
+                requested.append(({"kind": kind, "value": True}, {"value": f"check_{kind}"}))
+        argument_fields = {
+            "value": "check_argument_tool",
+            "value.tool": "check_argument_tool",
+            "value.argument": "check_argument_name",
+            "value.pattern": "check_argument_pattern",
+            "value.schema": "check_argument_schema",
+        }
+        if any(data.get(field) for field in argument_fields.values()):
+            value = {"tool": data.get("check_argument_tool")}
+            if data.get("check_argument_name") or data.get("check_argument_pattern"):
+                value["argument"] = data.get("check_argument_name")
+                value["pattern"] = data.get("check_argument_pattern")
+            if data.get("check_argument_schema"):
+                try:
+                    value["schema"] = json.loads(data["check_argument_schema"])
+                except ValueError as error:
+                    self.add_error("check_argument_schema", f"not valid JSON ({error})")
+            if not self.has_error("check_argument_schema"):
+                requested.append(({"kind": "tool_argument", "value": value}, argument_fields))
+        if data.get("check_max_tool_calls") is not None:
+            value = {"max": data["check_max_tool_calls"]}
+            if data.get("check_max_tool_calls_tool"):
+                value["tool"] = data["check_max_tool_calls_tool"]
+            fields = {"value": "check_max_tool_calls", "value.tool": "check_max_tool_calls_tool"}
+            requested.append(({"kind": "max_tool_calls", "value": value}, fields))
+        elif data.get("check_max_tool_calls_tool"):
+            self.add_error("check_max_tool_calls", "give the most calls the tool may have")
+        return requested
 
     def feedback_kwargs(self) -> dict:
         """The cleaned form as record_feedback's keyword arguments."""
@@ -94,18 +158,13 @@ class FeedbackForm(forms.Form):
             }
         elif data["correction_text"]:
             correction = {"role": "assistant", "content": data["correction_text"]}
-        checks = [
-            {"kind": kind_name, "value": data[f"check_{kind_name}"]}
-            for kind_name in ("regex", "not_regex", "max_words", "calls_tool")
-            if data[f"check_{kind_name}"] not in (None, "")
-        ]
         return {
             "text": data["text"],
             "turn": int(value) if kind == "turn" else None,
             "tool_call_id": value if kind == "call" else None,
             "rating": data["rating"],
             "correction": correction,
-            "checks": checks,
+            "checks": data["checks"],
         }
 
 

@@ -154,10 +154,16 @@ class TraceOut(Schema):
 class CheckIn(Schema):
     kind: str = Field(
         ...,
-        description="regex | not_regex | max_words | calls_tool; patterns are RE2 syntax "
-        "(no backreferences or lookarounds)",
+        description="regex | not_regex | max_words | calls_tool | no_tool_call | tool_argument | "
+        "max_tool_calls | answers_after_tool_success; patterns are RE2 syntax (no "
+        "backreferences or lookarounds)",
     )
-    value: Any
+    value: Any = Field(
+        None,
+        description='a pattern, a word count or a tool name; tool_argument: {"tool", "argument", '
+        '"pattern"} or {"tool", "schema"} (a JSON Schema for the arguments); max_tool_calls: '
+        '{"tool"?, "max"}; no_tool_call and answers_after_tool_success: true',
+    )
 
 
 class FeedbackIn(Schema):
