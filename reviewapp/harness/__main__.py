@@ -1,7 +1,7 @@
 """Run the demo agent against an OpenAI-compatible endpoint (the gateway, or vLLM directly).
 
     python -m reviewapp.harness --base-url http://127.0.0.1:8000/v1 --api-key KEY \\
-        --model NAME --episodes 12 --tool-failure-rate 0.1 --concurrency 2
+        --model NAME --episodes 12 --tool-failure-rate 0.1 --concurrency 2 [--tool-choice auto]
 """
 
 import argparse
@@ -14,7 +14,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import httpx
 
-from reviewapp.harness.agent import EpisodeResult, api_base_for, report_outcome, run_episode
+from reviewapp.harness.agent import (
+    TOOL_CHOICES,
+    EpisodeResult,
+    api_base_for,
+    report_outcome,
+    run_episode,
+)
 from reviewapp.harness.tasks import TASKS, Task
 from reviewapp.harness.tools import ToolEnvironment
 
@@ -34,6 +40,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--time-budget", type=float, default=30.0, help="seconds per episode")
     parser.add_argument("--max-steps", type=int, default=3, help="model calls per episode")
+    parser.add_argument(
+        "--tool-choice",
+        choices=TOOL_CHOICES,
+        default="named",
+        help="named: the task's tool first, then an answer; auto: the model chooses every step",
+    )
     parser.add_argument("--seed", type=int, default=0, help="task order and tool failures")
     parser.add_argument("--concurrency", type=int, default=2, help="episodes in flight at once")
     parser.add_argument(
@@ -98,6 +110,7 @@ def run_demo(args: argparse.Namespace, client: httpx.Client) -> list[EpisodeResu
             time_budget_s=args.time_budget,
             max_steps=args.max_steps,
             trace_id=trace_id,
+            tool_choice=args.tool_choice,
         )
         note = ""
         if args.report_outcomes and trace_id:
@@ -116,7 +129,8 @@ def run_demo(args: argparse.Namespace, client: httpx.Client) -> list[EpisodeResu
 
     print(
         f"{args.episodes} episodes against {args.base_url} ({args.model}), run {run_token}, "
-        f"tool failure rate {args.tool_failure_rate}, latency {args.tool_latency}s"
+        f"tool failure rate {args.tool_failure_rate}, latency {args.tool_latency}s, "
+        f"tool choice {args.tool_choice}"
     )
     results: list[EpisodeResult] = []
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:

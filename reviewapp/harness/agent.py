@@ -3,25 +3,42 @@
 The agent only knows a base URL, an API key and a model name, like a customer's harness. Each
 request carries the whole conversation so far, which is how the gateway groups the calls of an
 episode into one trace (and `X-Trace-Id` names that trace when given).
+
+Two ways to choose tools (TOOL_CHOICES): "named" makes the model call the task's tool first and
+forbids tools for the answer, so every episode has the same shape; "auto" offers the tools on
+every step with tool_choice "auto", so whether the model calls a tool, which one, whether it
+retries after a failure and when it answers are its own choices, and show in the trace.
 """
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 
 from reviewapp.harness.tasks import Task
 from reviewapp.harness.tools import HANDBOOK, TOOL_DEFINITIONS, ToolEnvironment
 
-# SmolLM2's chat template does not render `tools`, so the model learns about them here.
-SYSTEM_PROMPT = (
+# The tools in plain words beside their definitions (which the bundled model's chat template
+# renders as well): a 135M model follows prose better than a JSON schema.
+_TOOLS_IN_WORDS = (
     "You are a helpful assistant with three tools:\n"
     "- calculator: evaluates an arithmetic expression written with numbers and + - * / ( ), "
     'for example "12 * 7".\n'
     f"- lookup: reads the handbook document on a topic: {', '.join(HANDBOOK)}.\n"
     "- clock: tells the current UTC date and time.\n"
-    "Call the tool, then answer the question in one short sentence using the tool result."
 )
+SYSTEM_PROMPT = (
+    _TOOLS_IN_WORDS
+    + "Call the tool, then answer the question in one short sentence using the tool result."
+)
+AUTO_SYSTEM_PROMPT = (
+    _TOOLS_IN_WORDS
+    + "Call a tool when the question needs one, then answer in one short sentence using "
+    "the tool result."
+)
+ToolChoice = Literal["named", "auto"]
+TOOL_CHOICES: tuple[ToolChoice, ...] = ("named", "auto")
 # vLLM forces the call's envelope ('<tool_call>\n{"name": ..., "arguments": ') token by token:
 # about 30 tokens before the first argument character.
 TOOL_STEP_MAX_TOKENS = 96
@@ -95,17 +112,26 @@ def run_episode(
     time_budget_s: float,
     max_steps: int,
     trace_id: str | None = None,
+    tool_choice: ToolChoice = "named",
 ) -> EpisodeResult:
     """Run one task to an answer or a termination; never raises for server or tool trouble.
 
-    Steps are model calls. The first forces the task's tool (named tool_choice); a failed tool
-    is called again while a step is left for the answer after it; the answer step has
-    tool_choice "none". The time budget covers the whole episode, tools included.
+    Steps are model calls. "named": the first forces the task's tool; a failed tool is called
+    again while a step is left for the answer after it; the answer step has tool_choice "none".
+    "auto": every step offers the tools and the model decides. Either way a reply without tool
+    calls is the answer (after a failed tool result the episode ends in `tool_error`), every
+    call runs in the environment with its injected failures and latency, and the time budget
+    covers the whole episode, tools included.
     """
+    if tool_choice not in TOOL_CHOICES:
+        raise ValueError(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}")
     started = time.monotonic()
     deadline = started + time_budget_s
     messages: list[dict] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {
+            "role": "system",
+            "content": AUTO_SYSTEM_PROMPT if tool_choice == "auto" else SYSTEM_PROMPT,
+        },
         {"role": "user", "content": task.question},
     ]
     tool_calls = tool_failures = steps = 0
@@ -124,15 +150,19 @@ def run_episode(
         )
 
     while steps < max_steps:
-        wants_tool = last_tool_failed is None or (last_tool_failed and max_steps - steps >= 2)
+        if tool_choice == "auto":
+            choice, max_tokens = "auto", TOOL_STEP_MAX_TOKENS  # room for a call or an answer
+        elif last_tool_failed is None or (last_tool_failed and max_steps - steps >= 2):
+            choice = {"type": "function", "function": {"name": task.tool}}
+            max_tokens = TOOL_STEP_MAX_TOKENS
+        else:
+            choice, max_tokens = "none", ANSWER_MAX_TOKENS
         body = {
             "model": model,
             "messages": messages,
             "tools": TOOL_DEFINITIONS,
-            "tool_choice": (
-                {"type": "function", "function": {"name": task.tool}} if wants_tool else "none"
-            ),
-            "max_tokens": TOOL_STEP_MAX_TOKENS if wants_tool else ANSWER_MAX_TOKENS,
+            "tool_choice": choice,
+            "max_tokens": max_tokens,
             "temperature": 0,
         }
         remaining = deadline - time.monotonic()

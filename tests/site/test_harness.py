@@ -36,11 +36,13 @@ class FakeModelServer:
     """A FAKE model server: answers /v1/chat/completions like vLLM with guided tool calling.
 
     A named tool_choice gets a call of that tool with `arguments[name]`; tool_choice "none" gets
-    `answer`. Every request is kept for the assertions.
+    `answer`; tool_choice "auto" gets the next of `script`'s replies, as a model that chose them
+    (a tool call, or an answer). Every request is kept for the assertions.
     """
 
     def __init__(self, *, answer: str = "The answer is 84.", arguments: dict | None = None):
         self.answer = answer
+        self.script: list[dict] = []
         self.arguments = {
             "calculator": ['{"expression": "12 * 7"}'],
             "lookup": ['{"topic": "refunds"}'],
@@ -56,7 +58,9 @@ class FakeModelServer:
             return httpx.Response(self.status_code, json={"error": {"message": "upstream"}})
         body = json.loads(request.content)
         choice = body["tool_choice"]
-        if choice == "none":
+        if choice == "auto":
+            message = self.script.pop(0)
+        elif choice == "none":
             message = {"role": "assistant", "content": self.answer, "refusal": None}
         else:
             name = choice["function"]["name"]
@@ -91,7 +95,16 @@ def client(server):
         yield client
 
 
-def _run(client, *, task_id="calc-multiply", env=None, budget=5.0, max_steps=3, trace_id=None):
+def _run(
+    client,
+    *,
+    task_id="calc-multiply",
+    env=None,
+    budget=5.0,
+    max_steps=3,
+    trace_id=None,
+    tool_choice="named",
+):
     return run_episode(
         client,
         base_url=BASE_URL,
@@ -102,6 +115,7 @@ def _run(client, *, task_id="calc-multiply", env=None, budget=5.0, max_steps=3, 
         time_budget_s=budget,
         max_steps=max_steps,
         trace_id=trace_id,
+        tool_choice=tool_choice,
     )
 
 
@@ -393,6 +407,125 @@ def test_every_request_extends_the_previous_conversation(client, server):
         assert later[: len(earlier)] == earlier
         assert later[len(earlier)]["role"] == "assistant"
     assert result.messages[: len(sent[-1])] == sent[-1]
+
+
+# The model choosing its tools (tool_choice "auto")
+
+
+def _calls(name: str, arguments: str, call_id: str) -> dict:
+    function = {"name": name, "arguments": arguments}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+def _answer(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+REFUND_LOOKUP = '{"topic": "refunds"}'
+# Seed 1 at a 50% failure rate: the first call fails (injected), the second goes through.
+FAILS_ONCE = {"failure_rate": 0.5, "seed": 1, "now": NOON}
+
+
+def test_in_auto_mode_the_model_retries_an_injected_failure_then_answers(client, server):
+    server.script = [
+        _calls("lookup", REFUND_LOOKUP, "call_a"),
+        _calls("lookup", REFUND_LOOKUP, "call_b"),
+        _answer("You have 30 days to ask for a refund."),
+    ]
+    env = ToolEnvironment(**FAILS_ONCE)
+
+    result = _run(client, task_id="docs-refund-window", env=env, tool_choice="auto")
+
+    assert result.termination == "completed" and result.success
+    assert result.messages[2:] == [
+        _calls("lookup", REFUND_LOOKUP, "call_a"),
+        {
+            "role": "tool",
+            "tool_call_id": "call_a",
+            "content": "Error: lookup service unavailable (injected)",
+        },
+        _calls("lookup", REFUND_LOOKUP, "call_b"),
+        {"role": "tool", "tool_call_id": "call_b", "content": HANDBOOK["refunds"]},
+        _answer("You have 30 days to ask for a refund."),
+    ]
+    assert (result.tool_calls, result.tool_failures, env.injected_failures) == (2, 1, 1)
+
+
+def test_in_auto_mode_every_step_offers_the_tools_and_lets_the_model_choose(client, server):
+    server.script = [_calls("lookup", REFUND_LOOKUP, "call_a"), _answer("30 days.")]
+
+    _run(client, task_id="docs-refund-window", tool_choice="auto")
+
+    bodies = server.bodies()
+    assert [body["tool_choice"] for body in bodies] == ["auto", "auto"]
+    assert all(body["tools"] == TOOL_DEFINITIONS for body in bodies)
+    assert "Call a tool when the question needs one" in bodies[0]["messages"][0]["content"]
+
+
+def test_in_auto_mode_a_model_may_answer_without_a_tool(client, server):
+    server.script = [_answer("It is 84.")]
+
+    result = _run(client, tool_choice="auto")
+
+    assert result.termination == "completed" and result.success
+    assert _roles(result.messages) == ["system", "user", "assistant"]
+    assert result.tool_calls == 0
+
+
+def test_in_auto_mode_an_answer_right_after_a_failed_tool_ends_in_tool_error(client, server):
+    server.script = [_calls("lookup", REFUND_LOOKUP, "call_a"), _answer("It is 30 days.")]
+
+    result = _run(
+        client,
+        task_id="docs-refund-window",
+        env=ToolEnvironment(**FAILS_ONCE),
+        tool_choice="auto",
+    )
+
+    assert result.termination == "tool_error" and not result.success
+    assert _roles(result.messages)[2:] == ["assistant", "tool", "assistant"]
+
+
+def test_in_auto_mode_a_model_that_keeps_calling_tools_runs_out_of_steps(client, server):
+    server.script = [_calls("clock", "{}", f"call_{n}") for n in range(3)]
+
+    result = _run(client, tool_choice="auto", max_steps=3)
+
+    assert result.termination == "max_steps" and not result.success
+    assert (len(server.requests), result.tool_calls) == (3, 3)
+
+
+def test_in_auto_mode_a_slow_tool_past_the_budget_times_out(client, server):
+    server.script = [_calls("clock", "{}", "call_a"), _answer("noon")]
+
+    result = _run(client, env=ToolEnvironment(latency_s=5.0), budget=0.2, tool_choice="auto")
+
+    assert result.termination == "timeout"
+    assert len(server.requests) == 1
+
+
+def test_the_cli_chooses_named_tools_unless_told_auto(client, server):
+    common = ["--api-key", "k", "--model", "m"]
+    assert parse_args(common).tool_choice == "named"
+    args = parse_args(
+        [
+            *common,
+            *("--base-url", BASE_URL, "--episodes", "1", "--tool-failure-rate", "0"),
+            *("--no-report-outcomes", "--tool-choice", "auto"),
+        ]
+    )
+    server.script = [_answer("It is 84.")]
+
+    [result] = run_demo(args, client)
+
+    assert server.bodies()[0]["tool_choice"] == "auto"
+    assert result.termination == "completed"
+    with pytest.raises(SystemExit):
+        parse_args([*common, "--tool-choice", "any"])
 
 
 # Outcomes and the CLI
