@@ -1,5 +1,6 @@
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -350,3 +351,15 @@ def test_bad_action_checks_are_refused_naming_the_field(kind, value, tool_names,
 )
 def test_good_action_checks_are_accepted(kind, value):
     assert check_problem(kind, value, ("lookup", "calculator")) is None
+
+
+def test_the_documented_example_of_each_action_check_is_accepted():
+    guide = (Path(__file__).parents[2] / "docs" / "dashboard.md").read_text()
+    section = guide.split("## Feedback and checks on a tool call")[1]
+    example = json.loads(section.split("```json")[1].split("```")[0])
+
+    kinds = [check["kind"] for check in example["checks"]]
+    assert set(kinds) >= {"no_tool_call", "tool_argument", "max_tool_calls"}
+    assert "answers_after_tool_success" in kinds
+    for check in example["checks"]:
+        assert check_problem(check["kind"], check["value"], ("lookup", "calculator")) is None
