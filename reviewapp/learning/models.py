@@ -160,3 +160,59 @@ class ModelRoute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project.slug}: {self.primary or 'base'} + {self.canary_share}% {self.canary}"
+
+
+class Lesson(models.Model):
+    """One lesson of a project's ledger: feedback grouped by its text (compared without case
+    or spacing), written when a run's evaluation is recorded (learning/lessons.py)."""
+
+    project = models.ForeignKey(
+        "reviewapp.Project", on_delete=models.CASCADE, related_name="lessons"
+    )
+    # sha256 of the grouping key (training.eval_sets.feedback_kind): a feedback text can be
+    # longer than a unique index entry may be.
+    key = models.CharField(max_length=64)
+    text = models.TextField()  # as first seen, its spacing normalised
+    checks = models.JSONField(default=list, blank=True)  # the checks its items are judged by
+    # The first version trained on it that passed the gate, and its adherence there: what
+    # "lost" is measured against.
+    first_learned_by = models.ForeignKey(
+        Adapter, null=True, blank=True, on_delete=models.SET_NULL, related_name="lessons_learned"
+    )
+    first_learned_adherence = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        # serves: the ledger's upsert of a run's lessons, and the project's ledger page
+        constraints = [models.UniqueConstraint(fields=["project", "key"], name="lesson_key")]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class LessonAdherence(models.Model):
+    """How well one adapter version follows one lesson: the share of its items that pass."""
+
+    lesson = models.ForeignKey(Lesson, on_delete=models.CASCADE, related_name="adherence")
+    adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="lesson_adherence")
+    held_out = models.FloatField(null=True, blank=True)  # None: no item of it was held out
+    trained = models.FloatField(null=True, blank=True)  # None: every item was held out
+    held_out_items = models.PositiveIntegerField(default=0)
+    trained_items = models.PositiveIntegerField(default=0)
+    # This version trained on the lesson and passed the gate.
+    learned = models.BooleanField(default=False)
+
+    class Meta:
+        # serves: one row per (lesson, version), a lesson's history in version order (an
+        # adapter page's rows go through the adapter foreign key's own index)
+        constraints = [
+            models.UniqueConstraint(fields=["lesson", "adapter"], name="lesson_adherence_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.adapter_id}: {self.adherence}"
+
+    @property
+    def adherence(self) -> float | None:
+        """Held out where some items were (data it never tuned on), else the trained items."""
+        return self.held_out if self.held_out is not None else self.trained

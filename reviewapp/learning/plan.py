@@ -6,11 +6,13 @@ it trains is for the next run. The frozen servers are still checked against the 
 where they are used, so a server the operator withdrew meanwhile is not called.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from reviewapp.learning.models import Adapter, ModelRoute, TrainingRun
+from reviewapp.learning.lessons import contradicting_lessons
+from reviewapp.learning.models import Adapter, DistillationTarget, ModelRoute, TrainingRun
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import usable_upstreams
 from reviewapp.projects.project_settings import ProjectSettings, settings_for
@@ -27,6 +29,27 @@ class ServingAdapterPlan(BaseModel):
     path: str
 
 
+class ConflictItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_id: int
+    trace_id: int
+    trace: str  # the trace's external id
+    of: str  # the lesson whose target it is
+    fails: str  # the other lesson's checks it fails
+
+
+class LessonConflict(BaseModel):
+    """Two lessons an approved target cannot both follow (learning/lessons.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lesson: str
+    other: str
+    count: int
+    items: tuple[ConflictItem, ...]
+
+
 class RunPlan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -38,6 +61,8 @@ class RunPlan(BaseModel):
     upstreams: tuple[str, ...] = Field(min_length=1)
     # What the candidate is judged against; None: the base served (or a plan from before).
     serving_adapter: ServingAdapterPlan | None = None
+    # Lessons its targets contradict, found before training: shown, not averaged silently.
+    conflicts: tuple[LessonConflict, ...] = ()
 
     @field_validator("gate", mode="before")
     @classmethod
@@ -46,7 +71,14 @@ class RunPlan(BaseModel):
         return GateThresholds.from_settings(value) if isinstance(value, dict) else value
 
     @classmethod
-    def from_settings(cls, *, project: Project, project_settings: ProjectSettings) -> "RunPlan":
+    def from_settings(
+        cls,
+        *,
+        project: Project,
+        project_settings: ProjectSettings,
+        targets: Sequence[DistillationTarget] = (),
+    ) -> "RunPlan":
+        """`targets`: what the run learns from, checked for contradicting lessons."""
         return cls(
             gate=project_settings.gate_thresholds(),
             auto_deploy=project_settings.auto_deploy,
@@ -54,6 +86,7 @@ class RunPlan(BaseModel):
             deploy_quorum=project_settings.deploy_quorum_or_default(),
             upstreams=tuple(project_settings.model_servers(project)),
             serving_adapter=serving_adapter(project),
+            conflicts=contradicting_lessons(targets),
         )
 
     def model_servers(self, project: Project) -> list[str]:

@@ -21,6 +21,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from reviewapp.learning.deploy import deploy_adapter, unload_everywhere
+from reviewapp.learning.lessons import record_lessons
 from reviewapp.learning.models import (
     ACTIVE_RUN_STATUSES,
     Adapter,
@@ -91,6 +92,8 @@ def _execute(run: TrainingRun) -> str:
             eval_results=metrics,
         )
         TrainingRun.objects.filter(pk=run.pk).update(metrics=metrics, loss_curve=outcome.loss_curve)
+        # The ledger keeps this version's adherence to every lesson, refused or not.
+        record_lessons(adapter=adapter, report=metrics, passed=outcome.chosen["passed"])
     return _gate_and_deploy(run, adapter, metrics)
 
 

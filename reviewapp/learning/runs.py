@@ -209,9 +209,9 @@ def start_retrain(*, project: Project, mode: TrainingMode = "sft", created_by=No
             held_out_fraction=config.held_out_fraction,
             seed=config.seed,
         ),
-        plan=RunPlan.from_settings(project=project, project_settings=project_settings).model_dump(
-            mode="json"
-        ),
+        plan=RunPlan.from_settings(
+            project=project, project_settings=project_settings, targets=training_set.targets
+        ).model_dump(mode="json"),
         # What was left out of this run and why, next to the eval results the worker adds.
         metrics={"exclusions": training_set.as_json()},
     )

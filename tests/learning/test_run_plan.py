@@ -10,6 +10,7 @@ from reviewapp.gateway.routing import upstream_urls
 from reviewapp.learning.deploy import DeployError, deploy_adapter
 from reviewapp.learning.models import (
     Adapter,
+    Lesson,
     ModelRoute,
     RunStatus,
     TrainingRun,
@@ -283,4 +284,11 @@ def test_a_run_freezes_the_adapter_serving_when_it_is_created_and_is_judged_agai
     client = Client()
     client.force_login(alice)
     page = client.get(f"/p/{project.slug}/runs/{second.pk}/")
+    # Each run's evaluation went into the ledger: one lesson, measured in both versions.
+    [lesson] = Lesson.objects.filter(project=project)
+    assert lesson.text == "say paris"
+    assert [row.adapter.version for row in lesson.adherence.order_by("adapter__version")] == [1, 2]
+    assert lesson.first_learned_by == v1
+    assert [row["lesson"] for row in second.metrics["per_lesson"]] == ["say paris"]
+    assert second.metrics["per_lesson"][0]["learned_by_serving"] is True
     assert f"<strong>{v1.name}</strong> (version 1), the adapter serving" in page.content.decode()

@@ -1,4 +1,5 @@
-"""Retrain over the API: start a run on what is approved, watch it, list the adapters."""
+"""Retrain over the API: start a run on what is approved, watch it, list the adapters and the
+lessons ledger."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -10,6 +11,7 @@ from ninja.errors import HttpError
 from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ERRORS, ErrorOut
 from reviewapp.learning.deploy import deployment_of
+from reviewapp.learning.lessons import lesson_ledger
 from reviewapp.learning.models import Adapter, ModelRoute, TrainingRun
 from reviewapp.learning.runs import RetrainError, is_presumed_dead, start_retrain
 from reviewapp.projects.access import first_or_404
@@ -59,6 +61,34 @@ class AdapterOut(Schema):
 
 class AdapterListOut(Schema):
     adapters: list[AdapterOut]
+
+
+class LessonVersionOut(Schema):
+    adapter: str
+    version: int
+    # The share of the lesson's held-out items passing its checks; null: none held out.
+    held_out: float | None
+    trained: float | None  # the same for its trained items; null: every item held out
+    held_out_items: int
+    trained_items: int
+    learned: bool  # this version trained on it and passed the gate
+
+
+class LessonOut(Schema):
+    text: str
+    checks: list[dict[str, Any]]
+    first_learned_by: str | None
+    first_learned_adherence: float | None
+    # Held-out adherence (trained, where none was held out) in the newest deployed version.
+    newest_deployed: str | None
+    newest_deployed_adherence: float | None
+    # lost: below 90% of the adherence it had when first learned.
+    state: Literal["kept", "lost", "not learned", "not measured"]
+    versions: list[LessonVersionOut]
+
+
+class LessonListOut(Schema):
+    lessons: list[LessonOut]
 
 
 @router.post(
@@ -125,5 +155,42 @@ def list_adapters(request: HttpRequest):
                 "deployment": deployment_of(adapter, route),
             }
             for adapter in adapters
+        ]
+    }
+
+
+@router.get(
+    "/lessons",
+    response={200: LessonListOut, **ERRORS},
+    summary="The lessons ledger",
+    **requires(KeyScope.ADMIN),
+)
+def list_lessons(request: HttpRequest):
+    return {
+        "lessons": [
+            {
+                "text": row.lesson.text,
+                "checks": row.lesson.checks,
+                "first_learned_by": (
+                    row.lesson.first_learned_by.name if row.lesson.first_learned_by else None
+                ),
+                "first_learned_adherence": row.lesson.first_learned_adherence,
+                "newest_deployed": row.reference.name if row.reference else None,
+                "newest_deployed_adherence": row.reference_adherence,
+                "state": row.state,
+                "versions": [
+                    {
+                        "adapter": entry.adapter.name,
+                        "version": entry.adapter.version,
+                        "held_out": entry.held_out,
+                        "trained": entry.trained,
+                        "held_out_items": entry.held_out_items,
+                        "trained_items": entry.trained_items,
+                        "learned": entry.learned,
+                    }
+                    for entry in row.history
+                ],
+            }
+            for row in lesson_ledger(request.auth)
         ]
     }

@@ -21,6 +21,7 @@ from reviewapp.learning.deploy import (
     rollback,
     set_canary_share,
 )
+from reviewapp.learning.lessons import lesson_ledger
 from reviewapp.learning.lineage import STATUSES, adapter_lineage, adapter_report
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.projects.access import (
@@ -175,6 +176,7 @@ def _detail_context(request: HttpRequest, membership, adapter: Adapter, **extra)
         "config": _config_rows(adapter.run.config if adapter.run else {}),
         "status_chart": _status_chart(lineage),
         "divergence_chart": _divergence_chart(lineage),
+        "ledger": lesson_ledger(membership.project),
     }
 
 

@@ -18,6 +18,7 @@ from reviewapp.learning.approvals import (
     set_auto_approve,
 )
 from reviewapp.learning.dataset import build_training_set
+from reviewapp.learning.lessons import lesson_ledger
 from reviewapp.learning.models import Adapter, DistillationTarget, TargetState, TrainingRun
 from reviewapp.learning.plan import RunPlan, frozen_plan
 from reviewapp.learning.runs import RetrainError, is_presumed_dead, request_cancel, start_retrain
@@ -186,6 +187,7 @@ def retrain(request: HttpRequest, slug: str) -> HttpResponse:
         "unusable_feedback": unusable_feedback(project=project),
         "retrain_form": form,
         "error": error,
+        "ledger": lesson_ledger(project),
         **_settings_context(project),
     }
     return render(request, "learning/retrain.html", context, status=422 if error else 200)
@@ -198,13 +200,15 @@ def _settings_context(project: Project) -> dict:
         project_settings = settings_for(project)
     except SettingsError as problem:
         return {"settings_error": str(problem)}
+    training_set = build_training_set(project=project, policy=project_settings.data_policy)
+    plan = RunPlan.from_settings(
+        project=project, project_settings=project_settings, targets=training_set.targets
+    )
     return {
         "training_overrides": project_settings.training.model_dump(mode="json"),
-        **_plan_context(
-            project, RunPlan.from_settings(project=project, project_settings=project_settings)
-        ),
+        **_plan_context(project, plan),
         "data_policy": project_settings.data_policy,
-        "training_set": build_training_set(project=project, policy=project_settings.data_policy),
+        "training_set": training_set,
     }
 
 

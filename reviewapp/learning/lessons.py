@@ -1,0 +1,221 @@
+"""The lessons ledger: every lesson a project's feedback teaches (feedback grouped by its text)
+and how well each adapter version evaluated since follows it.
+
+Written when a run's evaluation is recorded (learning/retrain.py), from the report's
+`per_lesson` rows (training/evaluation.py). A lesson is learned by the first version trained
+on it that passed the gate; it is lost when the newest deployed version (the one serving, else
+the newest whose run deployed) follows it less than LOST_BELOW of what it did then.
+
+Before training, `contradicting_lessons` lists lessons whose approved targets fail each other's
+checks; a run's plan freezes them and the Retrain page shows them (training is not refused).
+"""
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from django.db import transaction
+
+from reviewapp.learning.models import (
+    Adapter,
+    DistillationTarget,
+    Lesson,
+    LessonAdherence,
+    ModelRoute,
+    RunStatus,
+)
+from reviewapp.projects.models import Project
+from training.checks import check_reply
+from training.eval_sets import feedback_kind
+
+# The issue's bar for keeping a lesson: at least 90% of the adherence it had when first learned.
+LOST_BELOW = 0.9
+# Items named per conflicting pair of lessons; its count says how many there are in all.
+MAX_CONFLICT_ITEMS = 5
+
+LessonState = Literal["kept", "lost", "not learned", "not measured"]
+
+
+def lesson_key(text: str) -> str:
+    """The ledger's key for a feedback text: the same for texts differing in case or spacing."""
+    return hashlib.sha256(feedback_kind(text).encode()).hexdigest()
+
+
+@transaction.atomic
+def record_lessons(*, adapter: Adapter, report: dict, passed: bool) -> list[LessonAdherence]:
+    """One adherence row per lesson the adapter's evaluation measured; a lesson it trained on
+    and passed the gate with is learned, and the first such version is kept on the lesson."""
+    rows = []
+    for measured in report.get("per_lesson") or []:
+        text = " ".join((measured.get("lesson") or "").split())
+        if not text:
+            continue
+        lesson, _ = Lesson.objects.select_for_update().get_or_create(
+            project_id=adapter.project_id,
+            key=lesson_key(text),
+            defaults={"text": text, "checks": measured.get("checks") or []},
+        )
+        trained_items = sum((measured.get("trained") or {}).values())
+        row, _ = LessonAdherence.objects.update_or_create(
+            lesson=lesson,
+            adapter=adapter,
+            defaults={
+                "held_out": _after(measured.get("held_out_adherence")),
+                "trained": _after(measured.get("trained_adherence")),
+                "held_out_items": sum((measured.get("held_out") or {}).values()),
+                "trained_items": trained_items,
+                "learned": passed and trained_items > 0,
+            },
+        )
+        if row.learned and lesson.first_learned_by_id is None:
+            lesson.first_learned_by = adapter
+            lesson.first_learned_adherence = row.adherence
+            lesson.save(update_fields=["first_learned_by", "first_learned_adherence"])
+        rows.append(row)
+    return rows
+
+
+def _after(rates: dict | None) -> float | None:
+    return rates["after"] if rates else None
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    lesson: Lesson
+    history: list[LessonAdherence]  # one per version evaluated, oldest first
+    reference: Adapter | None  # the newest deployed version
+    reference_adherence: float | None
+    state: LessonState
+
+    @property
+    def is_lost(self) -> bool:
+        return self.state == "lost"
+
+
+def newest_deployed(project: Project) -> Adapter | None:
+    """The version serving the project's primary route, else the newest whose run deployed."""
+    primary = ModelRoute.objects.filter(project=project).values_list("primary", flat=True).first()
+    serving = Adapter.objects.filter(project=project, name=primary).first() if primary else None
+    if serving is not None:
+        return serving
+    return (
+        Adapter.objects.filter(project=project, run__status=RunStatus.DEPLOYED)
+        .order_by("-version")
+        .first()
+    )
+
+
+def lesson_ledger(project: Project) -> list[LedgerRow]:
+    """Every lesson of the project, oldest first, with its history and whether it is kept."""
+    reference = newest_deployed(project)
+    lessons = list(
+        Lesson.objects.filter(project=project).select_related("first_learned_by").order_by("id")
+    )
+    history: dict[int, list[LessonAdherence]] = {lesson.pk: [] for lesson in lessons}
+    for row in (
+        LessonAdherence.objects.filter(lesson__project=project)
+        .select_related("adapter")
+        .order_by("adapter__version")
+    ):
+        history[row.lesson_id].append(row)
+    ledger = []
+    for lesson in lessons:
+        rows = history[lesson.pk]
+        at_reference = next(
+            (row for row in rows if reference and row.adapter_id == reference.pk), None
+        )
+        adherence = at_reference.adherence if at_reference else None
+        ledger.append(
+            LedgerRow(
+                lesson=lesson,
+                history=rows,
+                reference=reference,
+                reference_adherence=adherence,
+                state=_state(lesson, adherence),
+            )
+        )
+    return ledger
+
+
+def _state(lesson: Lesson, adherence: float | None) -> LessonState:
+    if lesson.first_learned_by_id is None:
+        return "not learned"
+    if adherence is None or lesson.first_learned_adherence is None:
+        return "not measured"
+    lost = adherence < LOST_BELOW * lesson.first_learned_adherence - 1e-9
+    return "lost" if lost else "kept"
+
+
+def contradicting_lessons(targets: Sequence[DistillationTarget]) -> list[dict]:
+    """Pairs of lessons where an approved target of one, passing its own feedback's checks,
+    fails the other lesson's checks on the same kind of item (both replies, or both tool
+    calls), both ways: training on both would average them. One way only is no conflict: a
+    target written for one lesson need not do what another asks ("no emoji" targets need not
+    explain step by step), but when each lesson's targets break the other's checks, following
+    one means failing the other ("answer in one word" against "explain step by step"). Each
+    pair names up to MAX_CONFLICT_ITEMS targets and counts them all. Plain dicts, ready to
+    freeze in a run's plan."""
+    lessons: dict[str, dict] = {}
+    for target in targets:
+        feedback = target.feedback
+        if not feedback.checks:
+            continue
+        lesson = lessons.setdefault(
+            feedback_kind(feedback.text),
+            {"text": " ".join(feedback.text.split()), "checks": feedback.checks, "targets": []},
+        )
+        lesson["targets"].append(target)
+    shapes = {
+        key: {_shape(target.target) for target in lesson["targets"]}
+        for key, lesson in lessons.items()
+    }
+    conflicts = []
+    keys = list(lessons)
+    for index, first in enumerate(keys):
+        for second in keys[index + 1 :]:
+            one_way = _failing_the_other(lessons[first], lessons[second], shapes[second])
+            other_way = _failing_the_other(lessons[second], lessons[first], shapes[first])
+            items = [*one_way, *other_way]
+            if one_way and other_way:
+                conflicts.append(
+                    {
+                        "lesson": lessons[first]["text"],
+                        "other": lessons[second]["text"],
+                        "count": len(items),
+                        "items": items[:MAX_CONFLICT_ITEMS],
+                    }
+                )
+    return conflicts
+
+
+def _failing_the_other(lesson: dict, other: dict, other_shapes: set[str]) -> list[dict]:
+    items = []
+    for target in lesson["targets"]:
+        if _shape(target.target) not in other_shapes:
+            continue  # a reply judged by checks on tool calls, or the reverse: not comparable
+        context = target.student_context or []
+        if not all(
+            r.passed for r in check_reply(target.feedback.checks, target.target, context=context)
+        ):
+            continue
+        failed = [
+            f"{r.kind} {r.value}"
+            for r in check_reply(other["checks"], target.target, context=context)
+            if not r.passed
+        ]
+        if failed:
+            items.append(
+                {
+                    "target_id": target.pk,
+                    "trace_id": target.feedback.trace_id,
+                    "trace": target.feedback.trace.external_id,
+                    "of": lesson["text"],
+                    "fails": "; ".join(failed),
+                }
+            )
+    return items
+
+
+def _shape(message: dict) -> str:
+    return "tool call" if (message or {}).get("tool_calls") else "reply"
