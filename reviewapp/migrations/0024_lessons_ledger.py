@@ -6,44 +6,85 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('reviewapp', '0023_run_plan'),
+        ("reviewapp", "0023_run_plan"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Lesson',
+            name="Lesson",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=64)),
-                ('text', models.TextField()),
-                ('checks', models.JSONField(blank=True, default=list)),
-                ('first_learned_adherence', models.FloatField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('first_learned_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='lessons_learned', to='reviewapp.adapter')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='lessons', to='reviewapp.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=64)),
+                ("text", models.TextField()),
+                ("checks", models.JSONField(blank=True, default=list)),
+                ("first_learned_adherence", models.FloatField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "first_learned_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="lessons_learned",
+                        to="reviewapp.adapter",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="lessons",
+                        to="reviewapp.project",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LessonAdherence',
+            name="LessonAdherence",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('held_out', models.FloatField(blank=True, null=True)),
-                ('trained', models.FloatField(blank=True, null=True)),
-                ('held_out_items', models.PositiveIntegerField(default=0)),
-                ('trained_items', models.PositiveIntegerField(default=0)),
-                ('learned', models.BooleanField(default=False)),
-                ('adapter', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='lesson_adherence', to='reviewapp.adapter')),
-                ('lesson', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='adherence', to='reviewapp.lesson')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("held_out", models.FloatField(blank=True, null=True)),
+                ("trained", models.FloatField(blank=True, null=True)),
+                ("held_out_items", models.PositiveIntegerField(default=0)),
+                ("trained_items", models.PositiveIntegerField(default=0)),
+                ("learned", models.BooleanField(default=False)),
+                (
+                    "adapter",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="lesson_adherence",
+                        to="reviewapp.adapter",
+                    ),
+                ),
+                (
+                    "lesson",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="adherence",
+                        to="reviewapp.lesson",
+                    ),
+                ),
             ],
         ),
         migrations.AddConstraint(
-            model_name='lesson',
-            constraint=models.UniqueConstraint(fields=('project', 'key'), name='lesson_key'),
+            model_name="lesson",
+            constraint=models.UniqueConstraint(fields=("project", "key"), name="lesson_key"),
         ),
         migrations.AddConstraint(
-            model_name='lessonadherence',
-            constraint=models.UniqueConstraint(fields=('lesson', 'adapter'), name='lesson_adherence_version'),
+            model_name="lessonadherence",
+            constraint=models.UniqueConstraint(
+                fields=("lesson", "adapter"), name="lesson_adherence_version"
+            ),
         ),
     ]
