@@ -50,6 +50,7 @@ CHECK_KINDS = (
 )
 MAX_PATTERN_LENGTH = 1000
 MAX_SCHEMA_BYTES = 10_000
+MAX_SCHEMA_DEPTH = 32
 # RE2 compiles a pattern into an automaton within this memory or refuses it ("pattern too large"):
 # `(a{1000}){1000}` is short to write and would otherwise cost hundreds of megabytes.
 _OPTIONS = re2.Options()
@@ -158,6 +159,10 @@ def _schema_problem(schema: Any) -> str | None:
         return "value.schema: not a valid JSON Schema (it must be an object)"
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         return f"value.schema: a schema is at most {MAX_SCHEMA_BYTES} bytes as JSON"
+    if _depth(schema) > MAX_SCHEMA_DEPTH:  # the validators recurse once per level
+        return f"value.schema: a schema nests at most {MAX_SCHEMA_DEPTH} levels deep"
+    if not isinstance(schema.get("$schema", ""), str):
+        return "value.schema: not a valid JSON Schema ($schema must be a draft's URI)"
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as error:
@@ -170,7 +175,27 @@ def _schema_problem(schema: Any) -> str | None:
         problem = _pattern_problem(pattern, "schema")
         if problem:
             return f"value.schema: a pattern in it is {problem}"
+    try:  # references followed once: one to nowhere, or to itself without end, shows here
+        _validator_for(json.dumps(schema, sort_keys=True)).is_valid({})
+    except Unresolvable as error:
+        return f"value.schema: a reference in it points to nothing ({str(error)[:200]})"
+    except RecursionError:
+        return "value.schema: it refers to itself without end"
     return None
+
+
+def _depth(node: Any) -> int:
+    """How many levels of objects and lists a JSON value nests (counted without recursing)."""
+    depth, level = 0, [node]
+    while level:
+        depth += 1
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+    return depth
 
 
 def _schema_values(node: Any, keywords: tuple[str, ...]) -> Iterator[str]:
@@ -295,7 +320,7 @@ def _argument_fits(arguments: dict, value: dict) -> bool:
         validator = _validator_for(json.dumps(value["schema"], sort_keys=True))
         try:
             return validator.is_valid(arguments)
-        except Unresolvable:  # a #... reference to nowhere: nothing the arguments could fit
+        except (Unresolvable, RecursionError):  # a reference no arguments could ever fit
             return False
     argument = arguments.get(value["argument"])
     return (

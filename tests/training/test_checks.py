@@ -327,6 +327,29 @@ def test_bad_action_checks_are_refused_naming_the_field(kind, value, tool_names,
     assert check_problem(kind, value, tool_names).startswith(problem)
 
 
+def _nested(levels: int) -> dict:
+    schema: dict = {}
+    for _ in range(levels):
+        schema = {"not": schema}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        (_nested(900), "value.schema: a schema nests at most 32 levels deep"),
+        ({"$schema": []}, "value.schema: not a valid JSON Schema ($schema must be a draft's URI)"),
+        ({"$ref": "#"}, "value.schema: it refers to itself without end"),
+        (
+            {"$ref": "#/nowhere"},
+            "value.schema: a reference in it points to nothing (PointerToNowhere",
+        ),
+    ],
+)
+def test_schemas_the_validator_cannot_run_are_refused(schema, problem):
+    assert check_problem("tool_argument", {"tool": "lookup", "schema": schema}).startswith(problem)
+
+
 @pytest.mark.parametrize(
     ("kind", "value"),
     [
