@@ -2,12 +2,12 @@
 
 from ninja import NinjaAPI
 
-from reviewapp.api.auth import ProjectKeyAuth
 from reviewapp.api.errors import StrictJsonParser, install_error_handlers
 from reviewapp.gateway import api as gateway
 from reviewapp.learning.api import export, runs, targets
 from reviewapp.monitors import api as alerts
 from reviewapp.projects import api as settings
+from reviewapp.projects.key_auth import ProjectKeyAuth
 from reviewapp.projects.models import KeyScope
 from reviewapp.review import api as review
 from reviewapp.traces.api import otel, traces

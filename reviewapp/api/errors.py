@@ -13,11 +13,35 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from reviewapp.api.auth import MissingScope
 from reviewapp.api.limits import body_too_large
-from reviewapp.traces.chat import field_path
 
 logger = logging.getLogger(__name__)
+
+
+class MissingScope(Exception):
+    """A live key without any of the scopes the route needs (403, not 401: the key is valid)."""
+
+    def __init__(self, needed: tuple[str, ...], held: list[str]):
+        self.needed = needed
+        wanted = " or ".join(repr(scope) for scope in needed)
+        super().__init__(
+            f"this API key lacks the {wanted} scope this route needs (it has: "
+            f"{', '.join(held) or 'none'}); a project admin can create a key with it on the "
+            "API keys page or with `manage.py create_api_key <project> --scope <scope>`"
+        )
+
+
+def field_path(location: tuple) -> str:
+    """('messages', 3, 'tool_calls', 0) -> 'messages[3].tool_calls[0]'."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("str", "list[ContentPart]", "function-after[fields_fit_the_role(), Message]"):
+            continue  # pydantic's names for union branches and validators, not fields
+        else:
+            path += f".{part}" if path else str(part)
+    return path
 
 
 def error_response(status: int, detail: str, error: str | None = None) -> JsonResponse:

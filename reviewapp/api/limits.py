@@ -6,7 +6,7 @@ import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from reviewapp.gateway.errors import SERVER_ERROR, openai_error, openai_error_body
+from reviewapp.api.openai_errors import SERVER_ERROR, openai_error, openai_error_body
 
 # Paths that take machine-sized bodies: the JSON API and the gateway.
 LIMITED_PREFIXES = ("/api/", "/v1/")

@@ -3,10 +3,10 @@
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
-from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ERRORS
-from reviewapp.gateway.models import RefusalReason
-from reviewapp.gateway.refusals import recent_refusals
+from reviewapp.monitors.models import RefusalReason
+from reviewapp.monitors.refusals import recent_refusals
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
 
 router = Router(tags=["gateway"])

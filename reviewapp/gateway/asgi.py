@@ -25,7 +25,8 @@ from django.dispatch import receiver
 from django.urls import get_resolver, set_script_prefix
 from django.utils.module_loading import import_string
 
-from reviewapp.gateway.errors import answers_in_openai_shape, openai_error
+from reviewapp.api.openai_errors import openai_error
+from reviewapp.gateway.errors import answers_in_openai_shape
 
 # What the gateway answers; every other path (including other /v1/ ones) is the site's.
 GATEWAY_PATHS = frozenset({"/v1/chat/completions", "/v1/models"})
@@ -149,7 +150,7 @@ class GatewayHandler(ASGIHandler):
 
     async def __call__(self, scope, receive, send) -> None:
         # No ThreadSensitiveContext: it starts a thread per request. The views' few database
-        # reads (a key, once per routing.CACHE_SECONDS) share asgiref's one sync thread.
+        # reads (a key, once per key_cache.CACHE_SECONDS) share asgiref's one sync thread.
         await self.handle(scope, receive, send)
 
     async def handle(self, scope, receive, send) -> None:

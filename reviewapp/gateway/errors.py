@@ -12,27 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.log import log_response
 
-INVALID_REQUEST = "invalid_request_error"
-SERVER_ERROR = "server_error"
-
-
-def openai_error_body(
-    message: str, error_type: str, *, param: str | None = None, code: str | None = None
-) -> dict:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-
-
-def openai_error(
-    status: int,
-    message: str,
-    error_type: str = INVALID_REQUEST,
-    *,
-    param: str | None = None,
-    code: str | None = None,
-) -> JsonResponse:
-    return JsonResponse(
-        openai_error_body(message, error_type, param=param, code=code), status=status
-    )
+from reviewapp.api.openai_errors import SERVER_ERROR, openai_error
 
 
 def messages_problem(messages: object) -> JsonResponse | None:

@@ -80,32 +80,3 @@ class ModelCall(models.Model):
         if self.request_tools_prefix is not None:
             request["tools"] = body["tools"][: self.request_tools_prefix]
         return request
-
-
-class RefusalReason(models.TextChoices):
-    """Why the gateway answered a request itself, before any model server saw it."""
-
-    INVALID_API_KEY = "invalid_api_key"  # no key, or one nobody holds
-    INSUFFICIENT_SCOPE = "insufficient_scope"  # a live key without the ingest scope
-    MODEL_NOT_FOUND = "model_not_found"  # a model the project does not serve
-    INVALID_REQUEST = "invalid_request"  # a body no model server would take
-
-
-class GatewayRefusal(models.Model):
-    """How many requests the gateway refused in one hour, per project and reason: refused
-    requests are counted, not stored as traces. A key nobody holds names no project."""
-
-    project = models.ForeignKey(
-        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    reason = models.CharField(max_length=32, choices=RefusalReason.choices)
-    hour = models.DateTimeField()  # the start of the hour the requests came in
-    # Several web processes may each add a row for the same hour; readers sum them.
-    count = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        # serves: a project's refusals over the last hours (monitors, the API)
-        indexes = [models.Index(fields=["project", "hour"], name="refusal_by_project")]
-
-    def __str__(self) -> str:
-        return f"{self.count} {self.reason} at {self.hour:%Y-%m-%d %H}:00"

@@ -1,8 +1,9 @@
 """Which project a key belongs to, where its model alias points and which model servers are up.
 
 The gateway answers the harness without waiting on the database when it can: a project's
-routing is read at most once per CACHE_SECONDS per process. Model server health is what this
-process saw of recent calls: a server that failed is skipped for a cooldown, then tried again.
+routing is read at most once per key_cache.CACHE_SECONDS per process. Model server health is
+what this process saw of recent calls: a server that failed is skipped for a cooldown, then
+tried again.
 """
 
 import itertools
@@ -17,12 +18,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from reviewapp.learning.models import Adapter, ModelRoute
+from reviewapp.projects import key_cache
 from reviewapp.projects.models import ApiKey, Project
 from reviewapp.projects.project_settings import settings_for
 
 logger = logging.getLogger(__name__)
-
-CACHE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,12 @@ class UpstreamHealth:
 
 
 upstream_health = UpstreamHealth()
-_cache: dict[str, tuple[float, GatewayProject | None]] = {}
 
 
 async def project_for_key(secret: str) -> GatewayProject | None:
     secret_hash = ApiKey.hash_secret(secret)
     now = time.monotonic()
-    cached = _cache.get(secret_hash)
+    cached = key_cache.entries.get(secret_hash)
     if cached and cached[0] > now:
         return cached[1]
     try:
@@ -96,7 +95,7 @@ async def project_for_key(secret: str) -> GatewayProject | None:
             logger.warning("routing from a stale cache: the database is unavailable")
             return cached[1]
         raise
-    _cache[secret_hash] = (now + CACHE_SECONDS, project)
+    key_cache.entries[secret_hash] = (now + key_cache.CACHE_SECONDS, project)
     return project
 
 
@@ -145,15 +144,9 @@ def _project_for_hash(secret_hash: str) -> GatewayProject | None:
     )
 
 
-def forget_cached_key(secret_hash: str) -> None:
-    """Called when a key is revoked in this process: its next gateway call reads the database.
-    Other processes refuse it once their entry expires, within CACHE_SECONDS."""
-    _cache.pop(secret_hash, None)
-
-
 def forget_cached_routes() -> None:
     """Called after a route changes in this process; other processes catch up within seconds."""
-    _cache.clear()
+    key_cache.forget_all()
 
 
 def destination_for(

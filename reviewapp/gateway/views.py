@@ -13,17 +13,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from reviewapp.api.openai_errors import SERVER_ERROR, openai_error
 from reviewapp.gateway.calls import RecordedCall
 from reviewapp.gateway.conversation import StreamAssembler
-from reviewapp.gateway.errors import (
-    SERVER_ERROR,
-    answers_in_openai_shape,
-    messages_problem,
-    openai_error,
-)
-from reviewapp.gateway.models import RefusalReason
+from reviewapp.gateway.errors import answers_in_openai_shape, messages_problem
 from reviewapp.gateway.recorder import recorder
-from reviewapp.gateway.refusals import refusals
 from reviewapp.gateway.routing import (
     Destination,
     GatewayProject,
@@ -33,6 +27,8 @@ from reviewapp.gateway.routing import (
 )
 from reviewapp.gateway.tracecontext import trace_id_from_traceparent
 from reviewapp.gateway.upstream import pool, usable_for
+from reviewapp.monitors.models import RefusalReason
+from reviewapp.monitors.refusals import refusals
 from reviewapp.projects.models import KeyScope
 
 logger = logging.getLogger(__name__)

@@ -3,9 +3,9 @@
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ERRORS
 from reviewapp.monitors.alerts import project_alerts
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
 
 router = Router(tags=["monitors"])

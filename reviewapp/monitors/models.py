@@ -1,4 +1,5 @@
-"""The monitors' data: triage rules and matches, trace embeddings, rollups."""
+"""The monitors' data: triage rules and matches, trace embeddings, rollups, and the requests
+the gateway refused."""
 
 from django.conf import settings
 from django.db import models
@@ -191,3 +192,32 @@ class RolledUpTrace(models.Model):
 
     def __str__(self) -> str:
         return f"rolled-up trace {self.trace_id}"
+
+
+class RefusalReason(models.TextChoices):
+    """Why the gateway answered a request itself, before any model server saw it."""
+
+    INVALID_API_KEY = "invalid_api_key"  # no key, or one nobody holds
+    INSUFFICIENT_SCOPE = "insufficient_scope"  # a live key without the ingest scope
+    MODEL_NOT_FOUND = "model_not_found"  # a model the project does not serve
+    INVALID_REQUEST = "invalid_request"  # a body no model server would take
+
+
+class GatewayRefusal(models.Model):
+    """How many requests the gateway refused in one hour, per project and reason: refused
+    requests are counted, not stored as traces. A key nobody holds names no project."""
+
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    reason = models.CharField(max_length=32, choices=RefusalReason.choices)
+    hour = models.DateTimeField()  # the start of the hour the requests came in
+    # Several web processes may each add a row for the same hour; readers sum them.
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        # serves: a project's refusals over the last hours (monitors, the API)
+        indexes = [models.Index(fields=["project", "hour"], name="refusal_by_project")]
+
+    def __str__(self) -> str:
+        return f"{self.count} {self.reason} at {self.hour:%Y-%m-%d %H}:00"

@@ -1,5 +1,6 @@
-"""Every lookup of a project's rows goes through these, so no view or endpoint forgets whose
-project it is: another project's row does not exist here (404)."""
+"""Every lookup of a project's rows goes through these and each wing's own `access` module
+(traces, review, learning), so no view or endpoint forgets whose project it is: another
+project's row does not exist here (404)."""
 
 from typing import TypeVar
 
@@ -9,8 +10,6 @@ from django.http import Http404
 
 from reviewapp.learning.models import Adapter
 from reviewapp.projects.models import Membership, Project, Role
-from reviewapp.review.models import Queue, Tag
-from reviewapp.traces.models import Trace
 
 RowT = TypeVar("RowT", bound=Model)
 
@@ -49,30 +48,6 @@ def get_admin_membership_for_user(user, slug: str) -> Membership:
     if not membership.is_admin:
         raise PermissionDenied("only project admins can do this")
     return membership
-
-
-def get_trace_for_membership(membership: Membership, trace_id: int) -> Trace:
-    return first_or_404(
-        Trace.objects.filter(project=membership.project, pk=trace_id), "no such trace"
-    )
-
-
-def get_trace_for_project(project: Project, external_id: str) -> Trace:
-    """The API's way in: a trace by the id its harness gave it."""
-    return first_or_404(
-        Trace.objects.filter(project=project, external_id=external_id),
-        f"no trace {external_id!r} in this project",
-    )
-
-
-def get_queue_for_membership(membership: Membership, queue_id: int) -> Queue:
-    return first_or_404(
-        Queue.objects.filter(project=membership.project, pk=queue_id), "no such queue"
-    )
-
-
-def get_tag_for_membership(membership: Membership, tag_id: int) -> Tag:
-    return first_or_404(Tag.objects.filter(project=membership.project, pk=tag_id), "no such tag")
 
 
 def get_member_for_membership(membership: Membership, member_id: int) -> Membership:

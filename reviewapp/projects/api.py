@@ -6,8 +6,8 @@ from django.http import HttpRequest
 from ninja import Body, Router
 from ninja.errors import HttpError
 
-from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ERRORS
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
 from reviewapp.projects.project_settings import SettingsError, settings_for, update_settings
 

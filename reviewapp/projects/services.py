@@ -6,7 +6,7 @@ from functools import partial
 from django.db import transaction
 from django.utils import timezone
 
-from reviewapp.gateway.routing import forget_cached_key
+from reviewapp.projects import key_cache
 from reviewapp.projects.models import ApiKey, KeyScope, Project
 
 
@@ -52,4 +52,4 @@ def revoke_api_key(*, key: ApiKey) -> None:
     """Revoke a key: this process's gateway refuses it on its next call, others within seconds."""
     ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     # After the commit: a gateway call in between would cache the key as still valid.
-    transaction.on_commit(partial(forget_cached_key, key.secret_hash))
+    transaction.on_commit(partial(key_cache.forget_key, key.secret_hash))

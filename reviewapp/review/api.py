@@ -10,14 +10,15 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from pydantic import field_validator
 
-from reviewapp.api.auth import requires
 from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.api.schemas import ERRORS
-from reviewapp.projects.access import first_or_404, get_trace_for_project
+from reviewapp.projects.access import first_or_404
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
 from reviewapp.review.models import Queue, QueueItem, QueueReview, Tag, TraceTag
 from reviewapp.review.queues import with_progress
 from reviewapp.review.tags import add_tag, remove_tag
+from reviewapp.traces.access import get_trace_for_project
 
 router = Router(tags=["review"])
 

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from messages.text import message_text
+from reviewapp.api.errors import field_path
 from reviewapp.traces.models import Termination
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -167,19 +168,6 @@ class TraceItem(BaseModel):
                     "call in an earlier assistant message"
                 )
         return self
-
-
-def field_path(location: tuple) -> str:
-    """('messages', 3, 'tool_calls', 0) -> 'messages[3].tool_calls[0]'."""
-    path = ""
-    for part in location:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("str", "list[ContentPart]", "function-after[fields_fit_the_role(), Message]"):
-            continue  # pydantic's names for union branches and validators, not fields
-        else:
-            path += f".{part}" if path else str(part)
-    return path
 
 
 def describe_validation_error(error: ValidationError) -> str:

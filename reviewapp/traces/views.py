@@ -18,7 +18,6 @@ from reviewapp.projects.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
     get_reviewer_membership_for_user,
-    get_trace_for_membership,
     projects_for_user,
 )
 from reviewapp.projects.models import Membership
@@ -33,6 +32,7 @@ from reviewapp.review.models import Feedback, Tag, TraceTag
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.review.tags import toggle_tag
 from reviewapp.review.views.queues import queue_context
+from reviewapp.traces.access import get_trace_for_membership
 from reviewapp.traces.filters import (
     TraceFilterForm,
     after_cursor,

@@ -6,9 +6,9 @@ import pytest
 from django.test import Client
 
 from reviewapp.gateway import views as gateway_views
-from reviewapp.gateway.models import GatewayRefusal
-from reviewapp.gateway.refusals import RefusalCounter, recent_refusals
 from reviewapp.gateway.routing import forget_cached_routes
+from reviewapp.monitors.models import GatewayRefusal
+from reviewapp.monitors.refusals import RefusalCounter, recent_refusals
 from reviewapp.projects.services import create_api_key
 from reviewapp.traces.models import Trace
 from tests.factories import ApiClient

@@ -17,12 +17,12 @@ from reviewapp.projects.access import (
     get_admin_membership_for_user,
     get_membership_for_user,
     get_reviewer_membership_for_user,
-    get_trace_for_membership,
 )
 from reviewapp.projects.models import Membership
 from reviewapp.review.feedback import apply_feedback_to_traces
 from reviewapp.review.models import TraceTag
 from reviewapp.review.queues import blinds_reviewer
+from reviewapp.traces.access import get_trace_for_membership
 from reviewapp.traces.models import Trace
 
 SIMILAR_SHOWN = 10

@@ -14,10 +14,10 @@ from reviewapp.projects.access import (
     first_or_404,
     get_admin_membership_for_user,
     get_membership_for_user,
-    get_queue_for_membership,
     get_reviewer_membership_for_user,
 )
 from reviewapp.projects.models import Membership
+from reviewapp.review.access import get_queue_for_membership
 from reviewapp.review.agreement import tag_agreement
 from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus, Tag, TraceTag
 from reviewapp.review.queues import (

@@ -9,9 +9,9 @@ from ninja import Router, Status
 from ninja.errors import HttpError
 
 from reviewapp.api import schemas
-from reviewapp.api.auth import requires
 from reviewapp.api.errors import InvalidBody, StrictJsonParser, decoded_body
 from reviewapp.api.schemas import ERRORS
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import TraceSource

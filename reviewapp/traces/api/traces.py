@@ -7,11 +7,11 @@ from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
 from reviewapp.api import schemas
-from reviewapp.api.auth import requires
 from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.lineage import adapters_by_feedback
-from reviewapp.projects.access import first_or_404, get_trace_for_project
+from reviewapp.projects.access import first_or_404
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import ApiKey, KeyScope
 from reviewapp.review.feedback import (
     FeedbackError,
@@ -20,6 +20,7 @@ from reviewapp.review.feedback import (
     record_outcome,
 )
 from reviewapp.review.models import Feedback, TraceTag
+from reviewapp.traces.access import get_trace_for_project
 from reviewapp.traces.chat import text_problem
 from reviewapp.traces.filters import text_matches
 from reviewapp.traces.ingest import ingest_traces

@@ -19,7 +19,7 @@ from django.db import DatabaseError, IntegrityError, connection
 from django.db.models import F, Sum
 from django.utils import timezone
 
-from reviewapp.gateway.models import GatewayRefusal, RefusalReason
+from reviewapp.monitors.models import GatewayRefusal, RefusalReason
 from reviewapp.projects.models import Project
 
 logger = logging.getLogger(__name__)
