@@ -79,3 +79,30 @@ def test_adapters_list_their_deployment_state(admin_api, project):
         ("acme-v2", {"state": "canary", "share": 10}),
         ("acme-v1", {"state": "serving", "share": 90}),
     ]
+
+
+def test_a_runs_eval_summary_carries_what_it_was_judged_against_and_each_lesson(
+    admin_api, approved_target
+):
+    run_id = admin_api.post("/api/v1/runs", {}).json()["id"]
+    lesson = {
+        "lesson": "Lead with the number.",
+        "learned_by_serving": False,
+        "trained": {"fixed": 1, "still failing": 0, "regressed": 0, "still passing": 0},
+        "held_out_adherence": None,
+    }
+    TrainingRun.objects.filter(pk=run_id).update(
+        metrics={
+            "feedback_items": lesson["trained"],
+            "items": [{"feedback_id": 1}],
+            "per_lesson": [lesson],
+            "serving": {"name": "acme-v1", "version": 1},
+        }
+    )
+
+    body = admin_api.get(f"/api/v1/runs/{run_id}").json()
+
+    assert body["eval"]["per_lesson"] == [lesson]
+    assert body["eval"]["serving"] == {"name": "acme-v1", "version": 1}
+    assert body["eval"]["feedback_items"] == lesson["trained"]
+    assert "items" not in body["eval"]

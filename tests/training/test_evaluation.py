@@ -189,3 +189,77 @@ def test_items_are_counted_per_lesson_grouped_by_text_without_case_or_spacing(ye
     ]
     assert report["per_lesson"][0]["trained_adherence"] == {"before": 0.0, "after": 1.0}
     assert report["per_lesson"][0]["held_out_adherence"] is None
+
+
+def test_on_a_model_server_the_serving_side_is_the_serving_adapter_not_the_candidate(
+    yes_sayer, make_tiny_llama, tmp_path
+):
+    """The replier saves the active adapter for the server to load: under the serving one,
+    the serving adapter's weights, not the candidate's (saved beside it as "default")."""
+    import httpx
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from tests.fake_upstream import FakeUpstream
+    from training.evaluation import SERVING_ADAPTER
+    from training.repliers import InProcessReplier, ServerReplier
+
+    class SnapshotUpstream(FakeUpstream):
+        """Keeps the weights of every adapter it is asked to load (the replier deletes them)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.loaded: list[dict] = []
+
+        async def app(self, scope, receive, send):
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            if scope["type"] == "http" and scope["path"].endswith("/load_lora_adapter"):
+                path = httpx.Response(200, content=body).json()["lora_path"]
+                self.loaded.append(load_file(f"{path}/adapter_model.safetensors"))
+
+            async def replay():
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await super().app(scope, replay, send)
+
+    serving, tokenizer = yes_sayer
+    serving.save_pretrained(tmp_path / "serving")
+    candidate = add_lora(make_tiny_llama(), TrainingConfig(lora_r=4, lora_alpha=8))
+    candidate.load_adapter(str(tmp_path / "serving"), adapter_name=SERVING_ADAPTER)
+    server = SnapshotUpstream().start()
+    try:
+        with httpx.Client(timeout=30) as client:
+            replier = ServerReplier(
+                client,
+                server.url,
+                base_model="fake",
+                scratch_dir=tmp_path / "scratch",
+                eos_token_id=tokenizer.eos_token_id,
+                fallback=InProcessReplier(tokenizer.eos_token_id),
+            )
+            compare_replies(
+                candidate,
+                tokenizer,
+                [{"context": _user(QUESTIONS[0])}],
+                max_new_tokens=4,
+                replier=replier,
+                serving=SERVING_ADAPTER,
+            )
+    finally:
+        server.stop()
+
+    assert replier.record["error"] == ""
+    before, after = server.loaded
+    expected = {
+        SERVING_ADAPTER: get_peft_model_state_dict(candidate, adapter_name=SERVING_ADAPTER),
+        "default": get_peft_model_state_dict(candidate, adapter_name="default"),
+    }
+    for loaded, name in ((before, SERVING_ADAPTER), (after, "default")):
+        assert loaded.keys() == expected[name].keys()
+        assert all(torch.equal(loaded[key], expected[name][key]) for key in loaded)
+    assert not all(torch.equal(before[key], after[key]) for key in before)
