@@ -458,13 +458,21 @@ def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
     return list(tools.values())
 
 
+# A call that ended like this ends its trace the same way; any other failure is an error.
+_CALL_ENDS_TRACE_ALIKE = frozenset(
+    {
+        Termination.COMPLETED,
+        Termination.TRUNCATED,
+        Termination.TIMEOUT,
+        Termination.CLIENT_DISCONNECTED,
+    }
+)
+
+
 def _trace_termination(call: RecordedCall) -> str:
-    return {
-        "completed": Termination.COMPLETED,
-        "truncated": Termination.TRUNCATED,
-        "timeout": Termination.TIMEOUT,
-        "client_disconnected": Termination.CLIENT_DISCONNECTED,
-    }.get(call.termination, Termination.ERROR)
+    if call.termination in _CALL_ENDS_TRACE_ALIKE:
+        return Termination(call.termination)
+    return Termination.ERROR
 
 
 def _search_parts(messages: list[dict]) -> tuple[list[str], list[str]]:

@@ -62,6 +62,10 @@ class TraceFacts:
         )
 
 
+# The `Trace` columns the facts fill, in the order columns() gives them.
+FACT_COLUMNS = tuple(TraceFacts().columns())
+
+
 def tool_call_names(messages: Iterable[Any]) -> dict[str, str]:
     """tool_call_id -> tool name, from the assistant messages' tool calls."""
     names: dict[str, str] = {}

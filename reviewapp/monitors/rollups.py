@@ -23,6 +23,8 @@ from django.db import connection, transaction
 from django.db.models import Count, Min, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, TruncHour
 
+from reviewapp.monitors.facts import FACT_COLUMNS
+
 # The trace columns a trace's share is made of (the `RolledUpTrace` fields but its id).
 SHARE_FIELDS = [
     "project_id",
@@ -34,13 +36,7 @@ SHARE_FIELDS = [
     "reward",
     "completion_tokens",
     "tool_call_count",
-    "tool_results",
-    "tool_errors",
-    "tool_result_count",
-    "tool_error_count",
-    "answer_count",
-    "answer_words",
-    "truncated_replies",
+    *FACT_COLUMNS,
 ]
 KEY_COLUMNS = ["project_id", "model", "adapter_version", "bucket", "termination"]
 SUM_COLUMNS = [
