@@ -127,7 +127,7 @@ class FeedbackForm(forms.Form):
             if data.get("check_argument_schema"):
                 try:
                     value["schema"] = json.loads(data["check_argument_schema"])
-                except ValueError as error:
+                except (ValueError, RecursionError) as error:  # nested past what json decodes
                     self.add_error("check_argument_schema", f"not valid JSON ({error})")
             if not self.has_error("check_argument_schema"):
                 requested.append(({"kind": "tool_argument", "value": value}, argument_fields))

@@ -157,10 +157,10 @@ _VALUE_KEYS = {
 def _schema_problem(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return "value.schema: not a valid JSON Schema (it must be an object)"
+    if _depth(schema) > MAX_SCHEMA_DEPTH:  # json and the validators recurse once per level
+        return f"value.schema: a schema nests at most {MAX_SCHEMA_DEPTH} levels deep"
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         return f"value.schema: a schema is at most {MAX_SCHEMA_BYTES} bytes as JSON"
-    if _depth(schema) > MAX_SCHEMA_DEPTH:  # the validators recurse once per level
-        return f"value.schema: a schema nests at most {MAX_SCHEMA_DEPTH} levels deep"
     if not isinstance(schema.get("$schema", ""), str):
         return "value.schema: not a valid JSON Schema ($schema must be a draft's URI)"
     try:

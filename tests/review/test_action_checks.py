@@ -27,6 +27,10 @@ GOOD_CHECKS = [
     {"kind": "answers_after_tool_success", "value": True},
 ]
 
+NESTED_40: dict = {}
+for _ in range(40):
+    NESTED_40 = {"not": NESTED_40}
+
 
 @pytest.fixture
 def stored(api, project):
@@ -73,6 +77,10 @@ def test_an_action_check_is_stored_from_the_api(api, stored, check):
         (
             {"kind": "max_tool_calls", "value": {"tool": "search", "max": 1}},
             "checks[0].value.tool: 'search' is not a tool of this trace",
+        ),
+        (
+            {"kind": "tool_argument", "value": {"tool": "calculator", "schema": NESTED_40}},
+            "checks[0].value.schema",  # the API's own depth limit answers first, naming the path
         ),
         (
             {"kind": "no_tool_call", "value": "calculator"},
@@ -164,6 +172,10 @@ def test_the_form_stores_a_schema_check(bob, stored):
         (
             {"check_argument_name": "expression", "check_argument_pattern": "x"},
             "tool_argument needs a tool name",
+        ),
+        (
+            {"check_argument_tool": "calculator", "check_argument_schema": "[" * 5000 + "]" * 5000},
+            "not valid JSON",
         ),
         ({"check_max_tool_calls_tool": "calculator"}, "give the most calls the tool may have"),
         ({"check_max_tool_calls": "-1"}, "greater than or equal to 0"),
