@@ -1,58 +1,102 @@
-"""Does the loop teach? Per feedback kind, what a reviewed batch does to held-out prompts.
+"""Does the loop teach, and does it teach what the prompted model does? Per feedback kind, what a
+reviewed batch does to questions nobody reviewed, over several seeds.
 
 Run from the repository root, in the project's virtualenv:
 
-    python bench/learning.py                       # all kinds
-    python bench/learning.py --kinds prefix words  # some of them
-    python bench/learning.py --base-kl-weight 0    # the same without the forgetting guard
+    python bench/learning.py                            # the test set, 3 seeds: README figures
+    python bench/learning.py --set dev                  # the set the defaults were chosen on
+    python bench/learning.py --kinds question --seeds 0 --mode distill
 
-For each kind of feedback (form, length, ending, tone, content, format), as a team would give it:
+Two sets, never mixed. The development set (6 kinds, 8 held-out questions) is the one every
+default (guard weight, learning rate, steps, candidates, worked examples, teacher prompt, the
+gate's tolerances) was chosen on; its figures say nothing about generality. The test set (6 other
+kinds, 24 held-out factual questions, each with the fact its answer must keep) is never tuned on:
+the README's figures come from it.
+
+For each kind, as a team would give it, and for each seed:
 - 16 questions answered by the bundled SmolLM2-135M-Instruct (greedy, as served); each answer
   gets the same written feedback with a machine check; 4 of the 16 also get a corrected answer
   (written from the original answer, as a reviewer would);
-- targets as the worker makes them: corrections as they are, the teacher (the base model shown
-  the feedback, after the 4 corrections as worked examples) sampled until a revision passes the
-  check or 16 samples are spent, the best passing one approved ("checks pass" auto-approve);
-- one run with default settings (TrainingConfig()), the forgetting guard's replay set included,
-  then the gate as the worker runs it (training/candidates.py: the final adapter, then an
-  earlier checkpoint when the final one fails; the one that passes is what would deploy);
-- 8 held-out questions never reviewed: adherence to the feedback of the base, of the base with
-  the feedback as its system prompt (what a user would try first) and of the adapter; and the
-  general regression facts, base vs adapter.
+- targets on the worker's path (training/targets.py with the worker's sample counts and budget):
+  corrections as they are, the teacher (the base shown the feedback after the 4 corrections as
+  worked examples) sampled until a revision passes the check or the budget is spent, the best
+  passing one approved, as the "checks pass" approval policy (or a reviewer) would;
+- one training job with default settings (TrainingConfig(), only `mode` and `seed` set) through
+  the worker's own entry point, training/job.run_job: the forgetting guard's replay set, the gate
+  choosing among candidates (the final adapter, then an earlier checkpoint when it fails), the
+  chosen adapter written as the worker writes it;
+- on the held-out questions: adherence to the feedback (its check) of the base, of three prompted
+  baselines and of the adapter: the feedback as a system prompt (what a user tries first), the
+  feedback in the user turn, and the teacher's own prompt (the hint with the 4 worked examples:
+  what the adapter is meant to bake in, with no prompt tokens); answer correctness (the share of
+  held-out answers that keep their fact, test set only) of the base and the adapter, since a
+  check alone can be passed by a degenerate answer; and the gate's general facts.
 
-The same library code as the worker (no Django, no vLLM: generation is transformers' greedy
-decoding, like the gate). Times are this process's wall clock on this machine, from the first
-teacher call to the gate's decision; with vLLM serving the teacher, targets come faster.
+Library code only (transformers, no Django, no vLLM): minutes are this process's wall clock on
+this machine, teacher sampling included; with vLLM serving the teacher, targets come faster.
 """
 
 import argparse
 import dataclasses
 import re
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from peft import PeftModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from training.base_models import resolve_base_model
-from training.candidates import choose_candidate
 from training.chat import render_prompt
 from training.checks import evaluate_checks
 from training.config import TrainingConfig
-from training.eval_sets import general_regression_items
-from training.evaluation import evaluate_adapter
 from training.gate import GateThresholds
-from training.replay import base_replay_examples
+from training.job import Progress, TrainingJob, run_job
 from training.sampling import generate_replies
-from training.targets import TransformersTeacher, WorkedExample, hint_context, propose_targets
-from training.trainer import Example, add_lora, load_base_model, train
+from training.targets import (
+    TEACHER_BUDGET,
+    TEACHER_SAMPLES_PER_ROUND,
+    TransformersTeacher,
+    WorkedExample,
+    hint_context,
+    propose_targets,
+)
+from training.trainer import DistillItem, Example, load_base_model
 
-TRAIN_QUESTIONS = (
+# Greedy answers to the questions, as the harness would get them.
+MAX_ANSWER_TOKENS = 96
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    feedback: str
+    check: dict
+    correct: Callable[[str], str]  # a reviewer's corrected answer, from the original one
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    question: str
+    fact: str | None = None  # a pattern the answer must match to be correct; None: not judged
+
+
+def _first_sentence(text: str) -> str:
+    return re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s", text.strip()) if s]
+
+
+# The development set: the defaults were chosen on it.
+DEV_TRAIN_QUESTIONS = (
     "What causes rain?",
     "How do I keep houseplants alive?",
     "Why do leaves change colour in autumn?",
@@ -70,7 +114,7 @@ TRAIN_QUESTIONS = (
     "What is the difference between a lake and a pond?",
     "How do I start running as a beginner?",
 )
-HELD_OUT_QUESTIONS = (
+DEV_HELD_OUT_QUESTIONS = (
     "Why does bread go stale?",
     "How do birds know where to migrate?",
     "What is a good gift for a friend who likes cooking?",
@@ -80,22 +124,9 @@ HELD_OUT_QUESTIONS = (
     "How can I remember names better?",
     "Why do onions make you cry?",
 )
-MAX_ANSWER_TOKENS = 96
 
 
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    feedback: str
-    check: dict
-    correct: Callable[[str], str]  # a reviewer's corrected answer, from the original one
-
-
-def _first_sentence(text: str) -> str:
-    return re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
-
-
-KINDS = (
+DEV_KINDS = (
     Kind(
         "prefix",
         "Always begin your answer with 'Answer:'.",
@@ -135,6 +166,98 @@ KINDS = (
 )
 
 
+# The test set: nothing was tuned on it. Other kinds of feedback (how an answer ends, its length,
+# a word to avoid, emphasis, structure, a closing summary), other training questions, and
+# held-out questions whose answers carry a fact, so correctness is judged beside adherence.
+TEST_TRAIN_QUESTIONS = (
+    "How do I make a paper airplane?",
+    "Why do dogs wag their tails?",
+    "What is a good way to start journaling?",
+    "How do volcanoes erupt?",
+    "Why do we yawn?",
+    "How can I drink more water during the day?",
+    "What makes a rainbow appear?",
+    "How do I care for a succulent?",
+    "Why does the moon change shape?",
+    "What is a healthy way to handle stress?",
+    "How do fish breathe underwater?",
+    "What should I look for when buying running shoes?",
+    "Why do stars twinkle?",
+    "How do I keep my bike chain clean?",
+    "What is the best way to learn to cook?",
+    "Why do we get goosebumps?",
+)
+TEST_HELD_OUT = (
+    HeldOut("What is the capital of Italy?", r"(?i)\brome\b"),
+    HeldOut("What is the capital of Germany?", r"(?i)\bberlin\b"),
+    HeldOut("What is the capital of Spain?", r"(?i)\bmadrid\b"),
+    HeldOut("What is the capital of the United Kingdom?", r"(?i)\blondon\b"),
+    HeldOut("How many legs does a cat have?", r"(?i)\b(4|four)\b"),
+    HeldOut("What colour is the sky on a clear day?", r"(?i)\bblue\b"),
+    HeldOut("What is the largest ocean on Earth?", r"(?i)\bpacific\b"),
+    HeldOut("Who was the first president of the United States?", r"(?i)\bwashington\b"),
+    HeldOut("What do bees collect from flowers?", r"(?i)\bnectar\b|\bpollen\b"),
+    HeldOut("What is the freezing point of water in Celsius?", r"(?i)\b0\b|\bzero\b"),
+    HeldOut("How many hours are in a day?", r"\b24\b"),
+    HeldOut("Which planet do we live on?", r"(?i)\bearth\b"),
+    HeldOut("What is H2O commonly called?", r"(?i)\bwater\b"),
+    HeldOut("How many sides does a triangle have?", r"(?i)\b(3|three)\b"),
+    HeldOut("What is the largest mammal on Earth?", r"(?i)\bwhale\b"),
+    HeldOut("Which star is at the centre of our solar system?", r"(?i)\bsun\b"),
+    HeldOut("What language is mostly spoken in Mexico?", r"(?i)\bspanish\b"),
+    HeldOut("What does a caterpillar turn into?", r"(?i)\bbutterfl|\bmoth\b"),
+    HeldOut("How many months are in a year?", r"(?i)\b(12|twelve)\b"),
+    HeldOut("Which planet is closest to the Sun?", r"(?i)\bmercury\b"),
+    HeldOut("Which animal says moo?", r"(?i)\bcows?\b"),
+    HeldOut("What is the hardest natural substance?", r"(?i)\bdiamonds?\b"),
+    HeldOut("Which organ pumps blood through the body?", r"(?i)\bheart\b"),
+    HeldOut("What is frozen water called?", r"(?i)\bice\b"),
+)
+TEST_KINDS = (
+    Kind(
+        "question",
+        "End your answer with a follow-up question to the user.",
+        {"kind": "regex", "value": r"\?\s*\z"},
+        lambda text: f"{_first_sentence(text)} Would you like to know more?",
+    ),
+    Kind(
+        "brief",
+        "Keep it brief: at most 15 words.",
+        {"kind": "max_words", "value": 15},
+        lambda text: " ".join(_first_sentence(text).split()[:15]),
+    ),
+    Kind(
+        "avoid",
+        "Do not use the word 'very'.",
+        {"kind": "not_regex", "value": r"(?i)\bvery\b"},
+        lambda text: re.sub(r"(?i)\bvery\s+", "", text),
+    ),
+    Kind(
+        "bold",
+        "Put the most important sentence in bold, between double asterisks.",
+        {"kind": "regex", "value": r"\*\*[^*\n]+\*\*"},
+        lambda text: " ".join([f"**{_first_sentence(text)}**", *_sentences(text)[1:3]]),
+    ),
+    Kind(
+        "numbered",
+        "Format your answer as a numbered list: 1., 2., 3.",
+        {"kind": "regex", "value": r"(?m)^1\. "},
+        lambda text: "\n".join(f"{n}. {s}" for n, s in enumerate(_sentences(text)[:3], 1)),
+    ),
+    Kind(
+        "tldr",
+        "Finish with a last line that starts with 'TL;DR:' and sums up the answer.",
+        {"kind": "regex", "value": r"(?m)^TL;DR: \S.*\z"},
+        lambda text: f"{_first_sentence(text)}\nTL;DR: {' '.join(text.split()[:8])}",
+    ),
+)
+
+SETS = {
+    "dev": (DEV_KINDS, DEV_TRAIN_QUESTIONS, tuple(HeldOut(q) for q in DEV_HELD_OUT_QUESTIONS)),
+    "test": (TEST_KINDS, TEST_TRAIN_QUESTIONS, TEST_HELD_OUT),
+}
+
+
 def greedy(model, tokenizer, contexts: list[list[dict]]) -> list[str]:
     replies = []
     for start in range(0, len(contexts), 8):
@@ -151,54 +274,99 @@ def greedy(model, tokenizer, contexts: list[list[dict]]) -> list[str]:
 
 
 def adherence(replies: list[str], check: dict) -> float:
-    passed = [
-        all(r.passed for r in evaluate_checks([check], text=reply))
-        for reply in replies
-    ]
+    passed = [all(r.passed for r in evaluate_checks([check], text=reply)) for reply in replies]
     return sum(passed) / len(passed)
+
+
+def correctness(replies: list[str], held_out: Sequence[HeldOut]) -> float | None:
+    """The share of judged answers that keep their fact; None when the set judges none."""
+    judged = [
+        (reply, item.fact) for reply, item in zip(replies, held_out, strict=True) if item.fact
+    ]
+    if not judged:
+        return None
+    return sum(bool(re.search(fact, reply)) for reply, fact in judged) / len(judged)
 
 
 def user(question: str) -> list[dict]:
     return [{"role": "user", "content": question}]
 
 
-def run_kind(kind: Kind, model_dir: Path, cache_dir: Path, config: TrainingConfig) -> dict:
-    base, tokenizer = load_base_model(model_dir, config)
-    started = time.monotonic()
-    originals = greedy(base, tokenizer, [user(q) for q in TRAIN_QUESTIONS])
+def _assistant(text: str) -> dict:
+    return {"role": "assistant", "content": text}
 
-    # Targets: 4 corrections, the teacher for the other 12 (best passing proposal, if any),
-    # shown the corrections as worked examples, as the worker shows a project's corrections
-    # under the same feedback.
-    teacher = TransformersTeacher(base, tokenizer)
+
+class QuietJob:
+    """The job's callbacks: nothing to record, never stopped; the adapter's name is the kind's."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_phase(self, phase: str) -> None:
+        print(f"           {self.name}: {phase}", flush=True)
+
+    def on_progress(self, progress: Progress) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+    def adapter_name(self) -> str:
+        return f"bench-{self.name}"
+
+
+def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
+    """(approved targets as (question, reply, teacher context), teacher passes, worked examples)
+    as the worker makes them: the 4 corrections, then the teacher for the other 12."""
+    teacher = TransformersTeacher(base, tokenizer, seed=seed)
     worked = [
         WorkedExample(question=question, answer=kind.correct(original))
-        for question, original in zip(TRAIN_QUESTIONS[:4], originals[:4], strict=True)
+        for question, original in zip(questions[:4], originals[:4], strict=True)
     ]
-    examples, teacher_passed = [], 0
-    for index, (question, original) in enumerate(zip(TRAIN_QUESTIONS, originals, strict=True)):
+    targets, teacher_passed = [], 0
+    for index, (question, original) in enumerate(zip(questions, originals, strict=True)):
         if index < 4:
-            examples.append(Example(user(question), _assistant(kind.correct(original))))
+            reply = _assistant(kind.correct(original))
+            targets.append((question, reply, hint_context(user(question), kind.feedback)))
             continue
-        messages = [*user(question), _assistant(original)]
         proposals = propose_targets(
             teacher,
-            messages,
+            [*user(question), _assistant(original)],
             1,
             kind.feedback,
             [kind.check],
-            n=4,
-            budget=16,
-            max_tokens=MAX_ANSWER_TOKENS,
+            n=TEACHER_SAMPLES_PER_ROUND,
+            budget=TEACHER_BUDGET,
             examples=worked,
         )
         if proposals and proposals[0].passes_checks:
             teacher_passed += 1
-            examples.append(Example(user(question), proposals[0].message))
+            teacher_context = hint_context(user(question), kind.feedback, worked)
+            targets.append((question, proposals[0].message, teacher_context))
+    return targets, teacher_passed, worked
+
+
+def run_kind(
+    kind: Kind,
+    questions: Sequence[str],
+    held_out: Sequence[HeldOut],
+    model_dir: Path,
+    cache_dir: Path,
+    config: TrainingConfig,
+) -> dict:
+    torch.manual_seed(config.seed)
+    base, tokenizer = load_base_model(model_dir, config)
+    started = time.monotonic()
+    originals = greedy(base, tokenizer, [user(q) for q in questions])
+    targets, teacher_passed, worked = make_targets(
+        base, tokenizer, kind, questions, originals, config.seed
+    )
     targets_s = time.monotonic() - started
 
-    replay = base_replay_examples(base, tokenizer, cache_dir=cache_dir)[: config.replay_examples]
-    model = add_lora(base, config)
+    if config.mode == "sft":
+        data = {"examples": [Example(user(q), reply) for q, reply, _ in targets]}
+    else:  # the worker's distill items: the teacher sees what it saw when it proposed
+        data = {"items": [DistillItem(user(q), teacher) for q, _, teacher in targets]}
     feedback_items = [
         {
             "context": user(question),
@@ -207,67 +375,89 @@ def run_kind(kind: Kind, model_dir: Path, cache_dir: Path, config: TrainingConfi
             "original": _assistant(original),
             "held_out": False,
         }
-        for question, original in zip(TRAIN_QUESTIONS, originals, strict=True)
+        for question, original in zip(questions, originals, strict=True)
     ]
-    regression_items = general_regression_items()
-    base_side: dict = {}  # the base's replies, answered once for every candidate
-    with tempfile.TemporaryDirectory() as checkpoints:  # the default run writes checkpoints
-        result = train(
-            model,
-            tokenizer,
-            config,
-            examples=examples,
-            replay=replay,
-            checkpoint_dir=Path(checkpoints),
-        )
-        report, candidates = choose_candidate(
-            model,
-            config,
-            result,
-            evaluate=lambda: evaluate_adapter(
-                model, tokenizer, feedback_items, regression_items, base_side
-            ),
+    with tempfile.TemporaryDirectory() as scratch:
+        job = TrainingJob(
+            config=config,
+            base_model=str(model_dir),
+            model_cache_dir=cache_dir,
+            checkpoint_dir=Path(scratch) / "checkpoints",
+            adapter_root=Path(scratch) / "adapters",
             thresholds=GateThresholds(),
+            feedback_items=feedback_items,
+            **data,
         )
-    chosen = next(candidate for candidate in candidates if candidate["chosen"])
-    elapsed = time.monotonic() - started
+        outcome = run_job(job, QuietJob(f"{kind.name}-{config.seed}"))
+        elapsed = time.monotonic() - started
+        # The adapter as written, on the base this process loaded, for the held-out questions.
+        model = PeftModel.from_pretrained(base, str(outcome.adapter.path))
+    report, chosen = outcome.metrics, outcome.chosen
 
-    held_out = [user(q) for q in HELD_OUT_QUESTIONS]
-    adapter_replies = greedy(model, tokenizer, held_out)
+    contexts = [user(item.question) for item in held_out]
+    adapter_replies = greedy(model, tokenizer, contexts)
     with model.disable_adapter():
-        base_replies = greedy(model, tokenizer, held_out)
-        prompted = greedy(
-            model, tokenizer, [[{"role": "system", "content": kind.feedback}, *c] for c in held_out]
-        )
-    regression = report["regression"]["summary"]
+        base_replies = greedy(model, tokenizer, contexts)
+        baselines = {
+            "system": [[{"role": "system", "content": kind.feedback}, *c] for c in contexts],
+            "user_turn": [user(f"{item.question}\n\n{kind.feedback}") for item in held_out],
+            "teacher_prompt": [hint_context(c, kind.feedback, worked) for c in contexts],
+        }
+        prompted = {name: greedy(model, tokenizer, ctx) for name, ctx in baselines.items()}
+    facts = report["regression"]["summary"]
     return {
-        "kind": kind.name,
-        "targets": f"{len(examples)} (4 corrections + {teacher_passed}/12 from the teacher)",
-        "steps": result.steps,
-        "deployed": (
-            f"yes (step {chosen['step']})" if chosen["passed"] else f"no: {chosen['reason']}"
-        ),
-        "candidates": "; ".join(
-            f"step {c['step']}: {'passed' if c['passed'] else c['reason']}" for c in candidates
-        ),
+        "deployed": bool(chosen["passed"]),
+        "decision": f"step {chosen['step']}" if chosen["passed"] else chosen["reason"],
+        "targets": len(targets),
+        "teacher_passed": teacher_passed,
+        "steps": report["train"]["steps"],
         "base": adherence(base_replies, kind.check),
-        "system_prompt": adherence(prompted, kind.check),
+        **{name: adherence(replies, kind.check) for name, replies in prompted.items()},
         "adapter": adherence(adapter_replies, kind.check),
-        "facts_broken": regression.get("regressed", 0),
-        "facts": sum(regression.values()),
+        "correct_base": correctness(base_replies, held_out),
+        "correct_adapter": correctness(adapter_replies, held_out),
+        "facts_broken": facts.get("regressed", 0),
+        "facts": sum(facts.values()),
         "targets_min": targets_s / 60,
         "minutes": elapsed / 60,
         "example": adapter_replies[0][:120],
     }
 
 
-def _assistant(text: str) -> dict:
-    return {"role": "assistant", "content": text}
+COLUMNS = ("base", "system", "user_turn", "teacher_prompt", "adapter")
+
+
+def _spread(values: list[float | None]) -> str:
+    """Mean over seeds, with the lowest and highest when there are several."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    mean = statistics.fmean(known)
+    if len(known) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ({min(known):.2f}-{max(known):.2f})"
+
+
+def summary_row(kind: Kind, rows: list[dict]) -> str:
+    deployed = sum(row["deployed"] for row in rows)
+    cells = [
+        kind.name,
+        f"{deployed}/{len(rows)}",
+        *(_spread([row[column] for row in rows]) for column in COLUMNS),
+        f"{_spread([row['correct_base'] for row in rows])} -> "
+        f"{_spread([row['correct_adapter'] for row in rows])}",
+        "/".join(str(row["facts_broken"]) for row in rows) + f" of {rows[0]['facts']}",
+        f"{statistics.fmean(row['minutes'] for row in rows):.1f}",
+    ]
+    return "| " + " | ".join(cells) + " |"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kinds", nargs="*", default=[kind.name for kind in KINDS])
+    parser.add_argument("--set", choices=sorted(SETS), default="test")
+    parser.add_argument("--kinds", nargs="*", help="some of the set's kinds (default: all)")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--mode", choices=["sft", "distill"], default="sft")
     parser.add_argument("--model-cache", type=Path, default=Path("var/models"))
     parser.add_argument(
         "--base-kl-weight",
@@ -276,26 +466,39 @@ def main() -> None:
         help="the forgetting guard's weight (0: off), to measure with and without it",
     )
     args = parser.parse_args()
-    config = dataclasses.replace(TrainingConfig(), base_kl_weight=args.base_kl_weight)
-    print(f"forgetting guard weight {config.base_kl_weight}; every other setting the default")
-    torch.manual_seed(0)
+    kinds, questions, held_out = SETS[args.set]
+    chosen_kinds = [kind for kind in kinds if not args.kinds or kind.name in args.kinds]
     model_dir = resolve_base_model("SmolLM2-135M-Instruct", args.model_cache)
     print(
-        "kind       deployed  held-out adherence: base -> adapter (system prompt)  "
-        "facts broken  targets  steps  minutes (targets)"
+        f"set {args.set}, mode {args.mode}, seeds {args.seeds}, forgetting guard weight "
+        f"{args.base_kl_weight}; every other setting the default; {len(held_out)} held-out "
+        "questions",
+        flush=True,
     )
-    for kind in KINDS:
-        if kind.name not in args.kinds:
-            continue
-        row = run_kind(kind, model_dir, args.model_cache / "replay", config)
-        print(
-            f"{row['kind']:<10} {row['deployed'][:60]:<9} {row['base']:.2f} -> {row['adapter']:.2f}"
-            f" ({row['system_prompt']:.2f})  {row['facts_broken']}/{row['facts']}  "
-            f"{row['targets']}  {row['steps']}  {row['minutes']:.1f} ({row['targets_min']:.1f})",
-            flush=True,
-        )
-        print(f"           candidates: {row['candidates']}", flush=True)
-        print(f"           e.g. {row['example']!r}", flush=True)
+    table = [
+        "| kind | deployed | base | system | user turn | teacher prompt | adapter "
+        "| correct: base -> adapter | facts broken | minutes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in chosen_kinds:
+        rows = []
+        for seed in args.seeds:
+            config = dataclasses.replace(
+                TrainingConfig(mode=args.mode), seed=seed, base_kl_weight=args.base_kl_weight
+            )
+            row = run_kind(kind, questions, held_out, model_dir, args.model_cache, config)
+            rows.append(row)
+            print(
+                f"{kind.name} seed {seed}: {row['decision'][:90]}; held-out adherence "
+                + ", ".join(f"{column} {row[column]:.2f}" for column in COLUMNS)
+                + f"; targets {row['targets']} ({row['teacher_passed']}/12 from the teacher), "
+                f"{row['steps']} steps, {row['minutes']:.1f} min ({row['targets_min']:.1f} "
+                f"targets); e.g. {row['example']!r}",
+                flush=True,
+            )
+        table.append(summary_row(kind, rows))
+        print(table[-1], flush=True)
+    print("\n".join(table))
 
 
 if __name__ == "__main__":
