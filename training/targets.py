@@ -23,14 +23,15 @@ from training.chat import Message, assistant_message_from_text, message_text, re
 from training.checks import CheckResult, check_reply
 from training.sampling import generate_replies
 
-# Measured on the bundled SmolLM2-135M with "Always begin your answer with 'Answer:'" over 8
-# questions (64 samples at temperature 0.7): this wording 26/64 followed, the same in
-# parentheses 8/64, "Follow this feedback in your answer: ..." 21/64, "Important: ..." 1/64.
 # The worker's sampling (reviewapp/learning/proposals.py, bench/learning.py): rounds of
 # TEACHER_SAMPLES_PER_ROUND until a revision passes the checks or TEACHER_BUDGET samples are
 # spent: the bundled model follows some feedback 1 time in 16.
 TEACHER_SAMPLES_PER_ROUND = 4
 TEACHER_BUDGET = 16
+
+# Measured on the bundled SmolLM2-135M with "Always begin your answer with 'Answer:'" over 8
+# questions (64 samples at temperature 0.7): this wording 26/64 followed, the same in
+# parentheses 8/64, "Follow this feedback in your answer: ..." 21/64, "Important: ..." 1/64.
 HINT_TEMPLATE = "\n\nReviewer feedback to follow in your answer: {feedback}"
 REWRITE_REQUEST_TEMPLATE = (
     "Rewrite your previous answer so that it follows this feedback: {feedback}\n"
