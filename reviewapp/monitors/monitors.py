@@ -87,6 +87,7 @@ class Version:
 class ToolStats:
     calls: int = 0  # tool results
     errors: int = 0
+    failing_traces: int = 0  # traces with at least one of these errors
     error_examples: list[int] = field(default_factory=list)  # newest failing trace ids
 
     @property
@@ -113,6 +114,9 @@ class GroupStats:
     rewarded: int = 0
     tool_results: int = 0
     tool_errors: int = 0
+    # Traces with a failed tool call, whatever their termination (versions only): the traces
+    # the tool-call errors are in, which the "a tool call failed" filter lists.
+    failing_traces: int = 0
     answers: int = 0  # assistant turns with text and no tool call
     answer_words: int = 0
     truncated_replies: int = 0
@@ -304,6 +308,11 @@ _TOOL_TOTALS = """
     FROM ({traces}) AS facts CROSS JOIN {each}
     GROUP BY facts.model, facts.adapter_version, tool.key
 """
+_TOOL_TRACES = """
+    SELECT facts.model, facts.adapter_version, tool.key, COUNT(*)
+    FROM ({traces}) AS facts CROSS JOIN {each}
+    GROUP BY facts.model, facts.adapter_version, tool.key
+"""
 _TOOL_KEYS = "SELECT DISTINCT tool.key FROM ({traces}) AS facts CROSS JOIN {each}"
 NAMED_TOOLS_MAX = 32  # tools summed by name in the grouped query; past it, a pass per JSON key
 NEWEST_TRACES_FOR_NAMES = 2000  # the tools these traces called are summed by name
@@ -325,6 +334,28 @@ def _failing_tools(traces: QuerySet[Trace]) -> list[tuple]:
         "id", "model", "adapter_version", "tool_errors"
     )
     return _json_rows(failing, "tool_errors", _TOOL_TOTALS)
+
+
+def _count_failing_traces(
+    traces: QuerySet[Trace], versions: list[GroupStats], *, per_tool: bool
+) -> None:
+    """Each version's traces with a failed tool call, and per tool those with an error of it.
+
+    Counted over the failing traces only (the partial index trace_tool_errors), so a version's
+    "N failed calls in M traces" names the M traces its link opens."""
+    by_version = {group.version: group for group in versions}
+    failing = traces.filter(tool_error_count__gt=0)
+    for row in failing.values("model", "adapter_version").annotate(count=Count("id")):
+        group = by_version.get(Version(row["model"], row["adapter_version"]))
+        if group is not None:  # rollups that missed a trace: see _fold
+            group.failing_traces = row["count"]
+    if not per_tool:
+        return
+    rows = failing.values("id", "model", "adapter_version", "tool_errors")
+    for model, adapter_version, name, count in _json_rows(rows, "tool_errors", _TOOL_TRACES):
+        group = by_version.get(Version(model, adapter_version))
+        if group is not None:
+            group.tools[name].failing_traces = int(count)
 
 
 def _newest_failing(traces: QuerySet[Trace], failing: list[tuple]) -> dict[tuple, list[int]]:
@@ -411,6 +442,7 @@ def monitor_of_traces(
         versions, series = _grouped(traces, trunc, names)
         if per_tool and versions:
             _fill_tools(traces, versions, failing)
+        _count_failing_traces(traces, versions, per_tool=per_tool)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 
@@ -441,6 +473,7 @@ def compute_monitor(
     )
     if per_tool and versions:
         _rolled_up_tools(project, filters, traces, versions)
+    _count_failing_traces(traces, versions, per_tool=per_tool)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 

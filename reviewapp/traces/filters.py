@@ -23,6 +23,9 @@ SORTS = {
 }
 # The "adapter" filter's value for traces the base model answered (no adapter version).
 BASE_ADAPTER = "base"
+# The "tool_failure" filter's values: whether any tool call of the trace returned an error,
+# whatever the episode's termination (an agent may go on and complete after a failed lookup).
+TOOL_FAILED, NO_TOOL_FAILED = "yes", "no"
 
 
 class TraceFilterForm(forms.Form):
@@ -32,6 +35,17 @@ class TraceFilterForm(forms.Form):
     )
     termination = forms.MultipleChoiceField(
         choices=Termination.choices, required=False, widget=forms.CheckboxSelectMultiple
+    )
+    tool_failure = forms.ChoiceField(
+        choices=[("", "any"), (TOOL_FAILED, "a tool call failed"), (NO_TOOL_FAILED, "none failed")],
+        required=False,
+        label="Tool calls",
+    )
+    failed_tool = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Failed tool",
+        help_text="A call of this tool (by name) returned an error.",
     )
     model = forms.CharField(required=False, max_length=200)
     adapter = forms.CharField(required=False, max_length=200, label="Adapter version")
@@ -135,6 +149,14 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(Exists(TraceTag.objects.filter(trace=OuterRef("pk"), tag=tag)))
     if filters.get("termination"):
         traces = traces.filter(termination__in=filters["termination"])
+    # The per-trace facts stored at ingest (reviewapp/monitors/facts.py): the counts the
+    # monitors sum, so a figure there and the traces its link opens agree.
+    if filters.get("tool_failure") == TOOL_FAILED:
+        traces = traces.filter(tool_error_count__gt=0)
+    elif filters.get("tool_failure") == NO_TOOL_FAILED:
+        traces = traces.filter(tool_error_count=0)
+    if filters.get("failed_tool"):
+        traces = traces.filter(tool_error_count__gt=0, tool_errors__has_key=filters["failed_tool"])
     if filters.get("model"):
         traces = traces.filter(model=filters["model"])
     if filters.get("adapter") == BASE_ADAPTER:

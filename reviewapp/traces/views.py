@@ -107,6 +107,8 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     }
     if request.htmx and request.htmx.target == "more-row":
         return render(request, "traces/list.html#trace-rows", context)
+    # Every trace the filters match, not the page's: the figure a monitor link promises.
+    context["matching"] = filtered_traces(membership.project, filters).count()
     return render_page(request, "traces/list.html", context, fragment="trace-results")
 
 

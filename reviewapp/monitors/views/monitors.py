@@ -26,6 +26,7 @@ from reviewapp.projects.access import (
 )
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import POLICY_CHOICES, DataPolicy
+from reviewapp.traces.filters import TOOL_FAILED
 from reviewapp.traces.models import Termination
 
 ALERT_COUNT_SECONDS = 60  # the nav's alert count is recomputed at most this often per project
@@ -81,8 +82,9 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
     return [
         Cell(group.version.label, url()),
         Cell(str(group.traces), url()),
-        Cell(_percent(group.tool_error_rate) + f" ({group.tool_errors}/{group.tool_results})",
-             url(termination=Termination.TOOL_ERROR)),
+        Cell(f"{_percent(group.tool_error_rate)} ({group.tool_errors}/{group.tool_results})"
+             f" in {group.failing_traces} trace{'s' if group.failing_traces != 1 else ''}",
+             url(tool_failure=TOOL_FAILED) if group.failing_traces else ""),
         Cell(_percent(group.tool_error_termination_rate), url(termination=Termination.TOOL_ERROR)),
         Cell(_percent(group.timeout_rate), url(termination=Termination.TIMEOUT)),
         Cell(_percent(group.truncated_rate), url(termination=Termination.TRUNCATED)),
@@ -134,7 +136,17 @@ def _charts(monitor: Monitor) -> list:
     return charts
 
 
-def _tool_rows(project: Project, monitor: Monitor, filters: dict) -> list:
+@dataclass
+class ToolRow:
+    version: str
+    tool: str
+    results: Cell
+    errors: Cell  # "N in M traces", linked to those M traces
+    error_rate: str
+    examples: list[tuple[int, str]]  # the newest failing traces: (id, trace page)
+
+
+def _tool_rows(project: Project, monitor: Monitor, filters: dict) -> list[ToolRow]:
     rows = []
     for group in monitor.versions:
         for name, tool in sorted(group.tools.items()):
@@ -142,8 +154,23 @@ def _tool_rows(project: Project, monitor: Monitor, filters: dict) -> list:
                 (trace_id, reverse("trace_detail", args=[project.slug, trace_id]))
                 for trace_id in tool.error_examples
             ]
-            rows.append((group.version.label, name, tool.calls, tool.errors,
-                         _percent(tool.error_rate), examples))  # fmt: skip
+            traces = tool.failing_traces
+            errors = Cell(
+                f"{tool.errors} in {traces} trace{'s' if traces != 1 else ''}",
+                evidence_url(project, filters, **group.version.trace_filters(), failed_tool=name)
+                if traces
+                else "",
+            )
+            rows.append(
+                ToolRow(
+                    group.version.label,
+                    name,
+                    Cell(str(tool.calls)),
+                    errors,
+                    _percent(tool.error_rate),
+                    examples,
+                )
+            )
     return rows
 
 
