@@ -24,25 +24,16 @@ Everything listens on 127.0.0.1; every wait has a time limit (--max-seconds for 
 import argparse
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from apprentice_server import free_port, server_command, server_environment
-from scratch_db import drop_database, recreate_database
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from product import MODEL, PROXY_HEADERS, run_to_the_end, running_product, wait_for
 
 BENCH_DATABASE = "apprentice_bench_loop"
-MODEL = "SmolLM2-135M-Instruct"
 ALIAS = "support-agent"  # what the harness asks for; the gateway routes it
-PROXY_HEADERS = {"X-Forwarded-Proto": "https"}  # DEBUG off redirects plain HTTP otherwise
 QUESTIONS = [
     ("What is the capital of Japan?", "Tokyo"), ("How many legs does a spider have?", "Eight"),
     ("What color is grass?", "Green"), ("Who wrote Hamlet?", "William Shakespeare"),
@@ -113,68 +104,15 @@ def main() -> None:
     args = parser.parse_args()
     if not 1 <= args.feedback <= len(QUESTIONS):
         parser.error(f"--feedback must be between 1 and {len(QUESTIONS)}")
-    httpx.get(f"{args.vllm_url}/models", timeout=5).raise_for_status()
-
-    database_url = args.admin_url.rsplit("/", 1)[0] + f"/{BENCH_DATABASE}"
-    recreate_database(args.admin_url, BENCH_DATABASE)
-    adapters_dir = Path(tempfile.mkdtemp(prefix="bench-loop-adapters-"))
-    env = {
-        **server_environment(database_url),
-        "CELERY_BROKER_URL": args.redis_url,
-        "VLLM_URL": args.vllm_url,
-        "ADAPTERS_DIR": str(adapters_dir),
-        "HF_HUB_OFFLINE": "1",
-    }
-    processes: list[subprocess.Popen] = []
-    try:
-        manage = [sys.executable, "manage.py"]
-        subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True, cwd=REPO_ROOT)
-        subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "reviewapp", "purge", "-f", "-Q", "default,gpu"],
-            env=env, check=True, cwd=REPO_ROOT, capture_output=True,
-        )  # fmt: skip
-        key = _make_project(env, args.vllm_url)
-        port = free_port()
-        processes.append(subprocess.Popen(server_command(port, 1), env=env, cwd=REPO_ROOT))
-        worker = [sys.executable, "-m", "celery", "-A", "reviewapp", "worker", "-Q",
-                  "default,gpu", "--pool", "solo", "--loglevel", "WARNING"]  # fmt: skip
-        processes.append(subprocess.Popen(worker, env=env, cwd=REPO_ROOT))
-        root = f"http://127.0.0.1:{port}"
-        api = httpx.Client(
-            base_url=root, headers={"Authorization": f"Bearer {key}", **PROXY_HEADERS}, timeout=60
-        )
-        _wait(lambda: api.get("/api/v1/openapi.json").status_code == 200, 60, "the web process")
-        _give_feedback(api, args.feedback)
-        _run_loop(api, f"{root}/v1", key, adapters_dir, args)
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        drop_database(args.admin_url, BENCH_DATABASE)
-
-
-def _make_project(env: dict, vllm_url: str) -> str:
-    """The project, through the same commands an operator uses; returns the API key."""
-    run = {"env": env, "check": True, "cwd": REPO_ROOT, "capture_output": True, "text": True}
-    manage = [sys.executable, "manage.py"]
-    subprocess.run(
-        [*manage, "create_project", "bench", "--upstream", vllm_url, "--model", ALIAS], **run
-    )
-    # Default training settings, as the full-loop test and a new project have.
-    settings_code = (
-        "from reviewapp.models import Project; p = Project.objects.get(slug='bench'); "
-        f"p.upstream_model = {MODEL!r}; p.save()"
-    )
-    subprocess.run([*manage, "shell", "-c", settings_code], **run)
-    # One key for the harness's calls, the reviewers' corrections (approved as they are) and
-    # the Retrain click, which only review and admin keys may make.
-    scopes = ["--scope", "ingest", "--scope", "review", "--scope", "admin"]
-    output = subprocess.run([*manage, "create_api_key", "bench", *scopes], **run).stdout
-    return next(word for word in output.split() if len(word) > 30)
+    with running_product(
+        admin_url=args.admin_url,
+        database=BENCH_DATABASE,
+        vllm_url=args.vllm_url,
+        redis_url=args.redis_url,
+        alias=ALIAS,
+    ) as product:
+        _give_feedback(product.api, args.feedback)
+        _run_loop(product.api, product.gateway, product.key, product.adapters_dir, args)
 
 
 def _give_feedback(api: httpx.Client, count: int) -> None:
@@ -206,9 +144,9 @@ def _give_feedback(api: httpx.Client, count: int) -> None:
 def _run_loop(api: httpx.Client, gateway: str, key: str, adapters_dir: Path, args) -> None:
     traffic = Traffic(gateway, key)
     traffic.start()
-    _wait(lambda: len(traffic.calls) >= 5, 120, "five base calls before the retrain")
+    wait_for(lambda: len(traffic.calls) >= 5, 120, "five base calls before the retrain")
     # Targets come from the corrections on the worker; the retrain needs them approved.
-    _wait(
+    wait_for(
         lambda: (
             api.get(f"/api/v1/traces/q-{args.feedback - 1}").json()["review"]["feedback"][0][
                 "status"
@@ -218,23 +156,12 @@ def _run_loop(api: httpx.Client, gateway: str, key: str, adapters_dir: Path, arg
         120,
         "the worker to turn the corrections into targets",
     )
-    clicked = time.monotonic()
-    response = api.post("/api/v1/runs", json={"mode": "sft"})
-    assert response.status_code == 202, response.text
-    run_id = response.json()["id"]
-    timeline: dict[str, float] = {}
-    run = None
-    while time.monotonic() - clicked < args.max_seconds:
-        run = api.get(f"/api/v1/runs/{run_id}").json()
-        timeline.setdefault(run["status"], time.monotonic() - clicked)
-        if run["status"] not in ("queued", "building", "training", "evaluating", "deploying"):
-            break
-        time.sleep(0.5)
-    if run is None or run["status"] != "deployed":
+    run, timeline, clicked = run_to_the_end(api, {"mode": "sft"}, args.max_seconds)
+    if run["status"] != "deployed":
         traffic.stop.set()
-        raise SystemExit(f"the run ended {run and run['status']}: {run and run['error']}")
+        raise SystemExit(f"the run ended {run['status']}: {run['error']}")
     adapter = run["adapter"]
-    first = _wait(lambda: traffic.first_answer_from(adapter), 60, "an answer from the adapter")
+    first = wait_for(lambda: traffic.first_answer_from(adapter), 60, "an answer from the adapter")
     time.sleep(AFTER_ADAPTER_S)
     traffic.stop.set()
     traffic.join(timeout=CALL_TIMEOUT_S)
@@ -299,19 +226,6 @@ def _summary(calls: list[Call]) -> str:
         f"{len(calls):4d} calls, {failed} failed, p50 {_p(calls, 50):.3f} s, "
         f"p99 {_p(calls, 99):.3f} s"
     )
-
-
-def _wait(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-        except httpx.HTTPError:
-            result = None
-        if result:
-            return result
-        time.sleep(0.5)
-    raise SystemExit(f"gave up after {timeout_s:.0f} s waiting for {what}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,297 @@
+"""Lesson after lesson: does each retrain keep what the earlier ones taught?
+
+Run from the repository root, in the project's virtualenv, with PostgreSQL and Redis reachable
+and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vllm-url):
+
+    python bench/lessons.py                        # 4 compatible lessons, then a contradicting pair
+    python bench/lessons.py --lessons 2 --per-lesson 8
+
+It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
+project's model, teaches and answers the gate) on default settings but one: "checks pass"
+approval, standing in for a reviewer who approves the teacher's best passing revision. Then, one
+lesson at a time, as a team gives them over weeks:
+1. a harness asks the project's alias (whatever serves now) --per-lesson questions through the
+   gateway, one trace each;
+2. every answer gets the lesson's feedback and check over the API; --corrections of them also a
+   corrected answer, written the way the team writes now (this lesson and every earlier one);
+3. the worker proposes targets; Retrain, as the button does (POST /api/v1/runs);
+4. the lessons ledger (GET /api/v1/lessons): every lesson's held-out adherence in every version.
+After every retrain it prints the ledger as a table, with the run's outcome, the facts it broke
+and the retrain's minutes (how the time grows as lessons pile up). Last, two lessons that
+contradict each other ("answer in one word", "explain step by step") are given together, and the
+contradiction the run's plan found is printed before that run trains.
+The bar (issue: lesson after lesson): each earlier lesson keeps at least 90% of the adherence it
+had when first learned; facts kept; the contradicting pair reported as a conflict.
+"""
+
+import argparse
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from product import PROXY_HEADERS, run_to_the_end, running_product, wait_for
+
+BENCH_DATABASE = "apprentice_bench_lessons"
+ALIAS = "team-agent"
+MAX_ANSWER_TOKENS = 96
+TARGETS_TIMEOUT_S = 3600.0  # the teacher samples up to 16 revisions per feedback on CPU
+
+
+def _words(text: str, most: int) -> str:
+    return " ".join(text.split()[:most])
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    feedback: str
+    check: dict
+    # How a reviewer writes an answer to follow this lesson, from the answer they were shown.
+    apply: Callable[[str], str]
+
+
+# Compatible: one answer can follow all four. Applied to a correction in this order.
+LESSONS = (
+    Lesson(
+        "plain",
+        "Do not use the word 'very'.",
+        {"kind": "not_regex", "value": r"(?i)\bvery\b"},
+        lambda text: re.sub(r"(?i)\bvery\s+", "", text),
+    ),
+    Lesson(
+        "short",
+        "Keep your answer under 40 words.",
+        {"kind": "max_words", "value": 40},
+        lambda text: _words(text, 32),
+    ),
+    Lesson(
+        "prefix",
+        "Always begin your answer with 'Answer:'.",
+        {"kind": "regex", "value": r"^Answer:"},
+        lambda text: text if text.startswith("Answer:") else f"Answer: {text}",
+    ),
+    Lesson(
+        "ending",
+        "End every answer with the sentence 'Hope this helps.'",
+        {"kind": "regex", "value": r"Hope this helps\.?\s*\z"},
+        lambda text: f"{text.rstrip()} Hope this helps.",
+    ),
+)
+# Contradicting: what follows one breaks the other.
+CONTRADICTING = (
+    Lesson(
+        "one-word",
+        "Answer in one word.",
+        {"kind": "max_words", "value": 1},
+        lambda text: (text.split() or ["Yes"])[0].strip(".,!?:;"),
+    ),
+    Lesson(
+        "step-by-step",
+        "Explain your reasoning step by step, in at least three sentences.",
+        {"kind": "regex", "value": r"(?s)[.!?].+[.!?].+[.!?]"},
+        lambda text: (
+            f"First, {text.rstrip('.')}. Second, that follows from the question. "
+            "Finally, that is the answer."
+        ),
+    ),
+)
+QUESTIONS = (
+    "Why do we need to drink water?", "How do I start a vegetable garden?",
+    "What is a good habit for saving money?", "Why do birds sing in the morning?",
+    "How can I sleep better at night?", "What makes bread rise?",
+    "How do I learn to swim as an adult?", "Why do leaves fall in autumn?",
+    "What is a simple way to reduce stress?", "How do magnets work?",
+    "Why is breakfast important?", "How do I make my phone battery last longer?",
+    "What should I bring on a long hike?", "Why do we dream?",
+    "How do I pick a ripe avocado?", "What is the best way to study for an exam?",
+    "Why does ice float on water?", "How do I keep my kitchen knives sharp?",
+    "What is a good way to meet new people?", "Why do we see lightning before thunder?",
+    "How can I stop procrastinating?", "What makes a good password?",
+    "How do plants know which way is up?", "Why do cats like boxes?",
+    "How do I make a cup of coffee without a machine?", "What causes hiccups?",
+    "How do I choose a good book to read?", "Why is the sea blue?",
+    "How do I remove a coffee stain?", "What is the easiest pet to care for?",
+    "Why do we have fingerprints?", "How do I stay warm in winter without heating?",
+    "What is a healthy snack?", "How do bridges stay up?",
+    "Why do onions smell strong?", "How can I improve my posture?",
+    "What makes popcorn pop?", "How do I write a good thank-you note?",
+    "Why do we get tired after eating?", "How do I keep flowers fresh in a vase?",
+    "What is the best way to learn to type?", "Why do dogs sniff everything?",
+    "How do I make my room cooler in summer?", "What causes a sunburn?",
+    "How do I clean a computer keyboard?", "Why do people snore?",
+    "How do I cook rice on the stove?", "What makes a rainbow curved?",
+    "How can I be a better listener?", "Why do apples turn brown when cut?",
+    "How do I fold a shirt neatly?", "What is a good first instrument to learn?",
+    "Why do we shiver?", "How do I plan a small party?",
+    "What makes soap clean things?", "How do I stop my glasses fogging up?",
+    "Why do stars come out at night?", "How can I drink less coffee?",
+    "What is a good stretch after sitting all day?", "Why is the moon out in the day?",
+)  # fmt: skip
+
+
+def ask(product, trace_id: str, question: str) -> None:
+    """One harness call through the gateway: the project's alias answers, one trace."""
+    response = httpx.post(
+        f"{product.gateway}/chat/completions",
+        json={
+            "model": ALIAS,
+            "messages": [{"role": "user", "content": question}],
+            "max_tokens": MAX_ANSWER_TOKENS,
+            "temperature": 0,
+        },
+        headers={"Authorization": f"Bearer {product.key}", "X-Trace-Id": trace_id,
+                 **PROXY_HEADERS},
+        timeout=300,
+    )  # fmt: skip
+    response.raise_for_status()
+
+
+def recorded_answer(api: httpx.Client, trace_id: str) -> str:
+    """The answer the gateway recorded (it records off the request path, so wait for it)."""
+
+    def stored():
+        response = api.get(f"/api/v1/traces/{trace_id}")
+        return response.json() if response.status_code == 200 else None
+
+    trace = wait_for(stored, 60, f"the gateway to record {trace_id}")
+    return trace["messages"][-1]["content"] or ""
+
+
+def give_lesson(product, lesson: Lesson, questions, corrections: int, style) -> list[str]:
+    """Feedback (and some corrections) on fresh traces; the trace ids."""
+    trace_ids = []
+    for number, question in enumerate(questions):
+        trace_id = f"{lesson.name}-{number}"
+        ask(product, trace_id, question)
+        answer = recorded_answer(product.api, trace_id)
+        body = {"text": lesson.feedback, "turn": 1, "checks": [lesson.check]}
+        if number < corrections:
+            body["correction"] = {"role": "assistant", "content": style(answer)}
+        response = product.api.post(f"/api/v1/traces/{trace_id}/feedback", json=body)
+        response.raise_for_status()
+        trace_ids.append(trace_id)
+    return trace_ids
+
+
+def wait_for_targets(api: httpx.Client, trace_ids: list[str]) -> dict[str, int]:
+    """Until the worker has made targets (or given up) for every feedback: statuses counted."""
+
+    def statuses():
+        found = {}
+        for trace_id in trace_ids:
+            feedback = api.get(f"/api/v1/traces/{trace_id}").json()["review"]["feedback"]
+            found[trace_id] = feedback[0]["status"]
+        return found if "open" not in found.values() else None
+
+    found = wait_for(statuses, TARGETS_TIMEOUT_S, "targets for every feedback")
+    counts: dict[str, int] = {}
+    for status in found.values():
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def print_ledger(api: httpx.Client, run: dict, minutes: float, after: str) -> None:
+    lessons = api.get("/api/v1/lessons").json()["lessons"]
+    facts = (run["eval"].get("regression") or {}).get("summary") or {}
+    print(
+        f"\nafter {after}: run {run['status']} ({run.get('error') or 'no error'}); adapter "
+        f"{run['adapter']}; {facts.get('regressed', 0)} of {sum(facts.values())} facts broken; "
+        f"{minutes:.1f} min click -> end",
+        flush=True,
+    )
+    print("| lesson | first learned by (adherence) | " + " | ".join(
+        f"v{entry['version']}" for entry in (lessons[0]["versions"] if lessons else [])
+    ) + " | state |")  # fmt: skip
+    for lesson in lessons:
+        cells = [
+            lesson["text"][:40],
+            f"{lesson['first_learned_by'] or '-'} ({_share(lesson['first_learned_adherence'])})",
+            *(_share(_adherence(entry)) for entry in lesson["versions"]),
+            lesson["state"],
+        ]
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def _adherence(entry: dict) -> float | None:
+    return entry["held_out"] if entry["held_out"] is not None else entry["trained"]
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def retrain(product, after: str, max_seconds: float) -> dict:
+    run, timeline, _ = run_to_the_end(product.api, {"mode": "sft"}, max_seconds)
+    print_ledger(product.api, run, max(timeline.values()) / 60, after)
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lessons", type=int, default=len(LESSONS), help="compatible lessons")
+    parser.add_argument("--per-lesson", type=int, default=12, help="reviewed traces per lesson")
+    parser.add_argument("--corrections", type=int, default=3, help="corrected of those")
+    parser.add_argument("--skip-contradiction", action="store_true")
+    parser.add_argument("--vllm-url", default="http://127.0.0.1:8100/v1")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
+    parser.add_argument("--admin-url", default=os.environ.get("BENCH_ADMIN_DATABASE_URL",
+                        "postgresql://postgres@127.0.0.1:5432/test"))  # fmt: skip
+    parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
+    args = parser.parse_args()
+    needed = args.per_lesson * (args.lessons + len(CONTRADICTING))
+    if not 1 <= args.lessons <= len(LESSONS) or needed > len(QUESTIONS):
+        parser.error(f"at most {len(LESSONS)} lessons and {len(QUESTIONS)} questions in all")
+
+    with running_product(
+        admin_url=args.admin_url,
+        database=BENCH_DATABASE,
+        vllm_url=args.vllm_url,
+        redis_url=args.redis_url,
+        alias=ALIAS,
+    ) as product:
+        product.api.patch(
+            "/api/v1/settings", json={"auto_approve": "checks_pass"}
+        ).raise_for_status()
+        questions = iter(QUESTIONS)
+        given: list[Lesson] = []
+        for lesson in LESSONS[: args.lessons]:
+            given.append(lesson)
+            style = _style(given)
+            batch = [next(questions) for _ in range(args.per_lesson)]
+            started = time.monotonic()
+            trace_ids = give_lesson(product, lesson, batch, args.corrections, style)
+            counts = wait_for_targets(product.api, trace_ids)
+            print(f"\nlesson {lesson.name!r}: feedback {counts} after "
+                  f"{(time.monotonic() - started) / 60:.1f} min", flush=True)  # fmt: skip
+            retrain(product, f"lesson {len(given)} ({lesson.name})", args.max_seconds)
+        if args.skip_contradiction:
+            return
+        trace_ids = []
+        for lesson in CONTRADICTING:
+            batch = [next(questions) for _ in range(args.per_lesson)]
+            trace_ids += give_lesson(product, lesson, batch, args.corrections, lesson.apply)
+        wait_for_targets(product.api, trace_ids)
+        run = retrain(product, "the contradicting pair", args.max_seconds)
+        conflicts = (run.get("plan") or {}).get("contradicting_lessons") or []
+        print(f"\ncontradictions the run's plan reported: {len(conflicts)}")
+        for conflict in conflicts:
+            print(f"  {conflict}")
+
+
+def _style(lessons: list[Lesson]) -> Callable[[str], str]:
+    """How the team writes a corrected answer once it has given these lessons."""
+    order = [lesson for lesson in LESSONS if lesson in lessons]
+
+    def write(text: str) -> str:
+        for lesson in order:
+            text = lesson.apply(text)
+        return text
+
+    return write
+
+
+if __name__ == "__main__":
+    main()
