@@ -83,9 +83,9 @@ def compare_replies(
     original: the answer the feedback was about, which sizes the generation budget unless
     `max_new_tokens` fixes it).
 
-    `base_cache`: the base side (its greedy replies and their divergence from the teacher) is
-    the same for every candidate adapter of a run; pass one dict to each evaluation and it is
-    computed once. `replier` writes the greedy replies (default: in this process); the
+    `base_cache`: the before side (the serving adapter's or the base's greedy replies and their
+    divergence from the teacher) is the same for every candidate adapter of a run; pass one
+    dict to each evaluation and it is computed once. `replier` writes the greedy replies (default: in this process); the
     divergence and drift are measured here either way. `serving`: the name of the loaded
     adapter that answers the before side (None: the base answers it)."""
     base_cache = {} if base_cache is None else base_cache

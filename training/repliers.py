@@ -29,7 +29,8 @@ class Replier(Protocol):
         self, model: PeftModel, prompts: list[list[int]], budgets: list[int], *, adapter_on: bool
     ) -> list[list[int]]:
         """One greedy reply per prompt, at most its budget long, ending with the end-of-turn
-        token when the model wrote one."""
+        token when the model wrote one. `adapter_on`: under the model's active adapter (the
+        candidate, or the serving adapter loaded beside it); off: the base."""
         ...
 
 
