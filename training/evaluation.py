@@ -85,9 +85,10 @@ def compare_replies(
 
     `base_cache`: the before side (the serving adapter's or the base's greedy replies and their
     divergence from the teacher) is the same for every candidate adapter of a run; pass one
-    dict to each evaluation and it is computed once. `replier` writes the greedy replies (default: in this process); the
-    divergence and drift are measured here either way. `serving`: the name of the loaded
-    adapter that answers the before side (None: the base answers it)."""
+    dict to each evaluation and it is computed once. `replier` writes the greedy replies
+    (default: in this process); the divergence and drift are measured here either way.
+    `serving`: the name of the loaded adapter that answers the before side (None: the base
+    answers it)."""
     base_cache = {} if base_cache is None else base_cache
     replier = replier or InProcessReplier(tokenizer.eos_token_id, batch_size)
     budgets = [
