@@ -54,6 +54,17 @@ urlpatterns = [
     path(f"{queue}", queues.queue_detail, name="queue_detail"),
     path(f"{queue}next/", queues.queue_next, name="queue_next"),
     path(f"{queue}items/<int:item_id>/done/", queues.queue_item_done, name="queue_item_done"),
+    path(
+        f"{queue}items/<int:item_id>/release/",
+        queues.queue_item_release,
+        name="queue_item_release",
+    ),
+    path(
+        f"{queue}items/<int:item_id>/reassign/",
+        queues.queue_item_reassign,
+        name="queue_item_reassign",
+    ),
+    path(f"{queue}guidelines/", queues.queue_guidelines, name="queue_guidelines"),
     path(f"{queue}agreement/", queues.queue_agreement, name="queue_agreement"),
     path(f"{targets}", training.target_list, name="target_list"),
     path(f"{targets}policy/", training.target_policy, name="target_policy"),

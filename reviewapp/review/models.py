@@ -124,6 +124,9 @@ class Queue(models.Model):
     reviewers_per_item = models.PositiveSmallIntegerField(default=1)
     # Blind: a reviewer sees nobody else's tags or feedback on an item until they finish it.
     blind = models.BooleanField(default=False)
+    # What reviewers of this queue should look for, written by an admin; shown, as text, on
+    # every item opened from the queue.
+    guidelines = models.TextField(blank=True)
     assignees = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"

@@ -6,7 +6,20 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -18,6 +31,7 @@ from reviewapp.traces.filters import filtered_traces
 MAX_QUEUE_ITEMS = 5000
 # A claim nobody finishes frees itself after this long.
 RESERVATION = timedelta(minutes=30)
+GUIDELINES_MAX_CHARS = 10_000  # a page of instructions, not a manual
 
 
 class QueueError(Exception):
@@ -196,16 +210,23 @@ class ReviewerProgress:
 class QueueProgress:
     total: int  # items in the queue
     fully_done: int  # items with reviewers_per_item done reviews
+    # Done reviews that fill an item's places (at most reviewers_per_item each), of all places:
+    # with two reviewers per item, half of every item's work shows before any item is complete.
+    reviews_done: int
+    reviews_needed: int
     reviewers: list[ReviewerProgress]  # assignees first, then anyone else who worked it
 
 
 def queue_progress(queue: Queue) -> QueueProgress:
-    """How far the queue is: items fully reviewed, and each reviewer's count."""
+    """How far the queue is: items fully reviewed, reviews done of those needed, and each
+    reviewer's count."""
+    places = queue.reviewers_per_item
     items = QueueItem.objects.filter(queue=queue).annotate(
         done=Count("reviews", filter=Q(reviews__status=ReviewStatus.DONE))
     )
     total = items.count()
-    fully_done = items.filter(done__gte=queue.reviewers_per_item).count() if total else 0
+    fully_done = items.filter(done__gte=places).count() if total else 0
+    reviews_done = sum(min(done, places) for done in items.values_list("done", flat=True))
     counts: dict[int, dict[str, int]] = {}
     for row in (
         QueueReview.objects.filter(item__queue=queue)
@@ -224,11 +245,131 @@ def queue_progress(queue: Queue) -> QueueProgress:
         )
         for person in [*people, *others]
     ]
-    return QueueProgress(total=total, fully_done=fully_done, reviewers=reviewers)
+    return QueueProgress(
+        total=total,
+        fully_done=fully_done,
+        reviews_done=reviews_done,
+        reviews_needed=total * places,
+        reviewers=reviewers,
+    )
+
+
+# A lead's view of a queue: each item's state, from its reviews.
+OPEN, RESERVED, DONE, SKIPPED = "open", "reserved", "done", "skipped"
+ITEM_STATES = (OPEN, RESERVED, DONE, SKIPPED)
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    item: QueueItem  # with `external_id`, its trace's
+    state: str  # done: every place done; reserved: someone holds it; skipped: skipped, unheld
+    holders: list[QueueReview]  # unexpired reservations, with their reviewer and expiry
+    done_by: list  # Users
+    skipped_by: list
+
+
+def _item_states(queue: Queue, now: datetime) -> QuerySet[QueueItem]:
+    """The queue's items, in order, annotated with `state` (one of ITEM_STATES)."""
+    places = queue.reviewers_per_item
+    held = Q(reviews__status=ReviewStatus.RESERVED, reviews__reserved_until__gt=now)
+    return (
+        QueueItem.objects.filter(queue=queue)
+        .annotate(
+            done=Count("reviews", filter=Q(reviews__status=ReviewStatus.DONE)),
+            held=Count("reviews", filter=held),
+            skipped=Count("reviews", filter=Q(reviews__status=ReviewStatus.SKIPPED)),
+        )
+        .annotate(
+            state=Case(
+                When(done__gte=places, then=Value(DONE)),
+                When(held__gt=0, then=Value(RESERVED)),
+                When(skipped__gt=0, then=Value(SKIPPED)),
+                default=Value(OPEN),
+            ),
+            external_id=F("trace__external_id"),
+        )
+        .order_by("position")
+    )
+
+
+def queue_items(
+    *, queue: Queue, state: str = "", offset: int = 0, limit: int = 100, now=None
+) -> tuple[list[ItemRow], dict[str, int]]:
+    """One page of the queue's items (in `state`, or all) with who holds, finished or skipped
+    each, and how many items are in each state. Two queries for the items, one for their
+    reviews; never a trace body."""
+    now = now or timezone.now()
+    items = _item_states(queue, now)
+    counts = dict.fromkeys(ITEM_STATES, 0)
+    for item_state in items.values_list("state", flat=True):  # a queue holds 5,000 at most
+        counts[item_state] += 1
+    page = list((items.filter(state=state) if state else items)[offset : offset + limit])
+    reviews: dict[int, list[QueueReview]] = {}
+    for review in (
+        QueueReview.objects.filter(item__in=page).select_related("reviewer").order_by("id")
+    ):
+        reviews.setdefault(review.item_id, []).append(review)
+    rows = []
+    for item in page:
+        of_item = reviews.get(item.pk, [])
+        rows.append(
+            ItemRow(
+                item=item,
+                state=item.state,
+                holders=[
+                    review
+                    for review in of_item
+                    if review.status == ReviewStatus.RESERVED and review.reserved_until > now
+                ],
+                done_by=[r.reviewer for r in of_item if r.status == ReviewStatus.DONE],
+                skipped_by=[r.reviewer for r in of_item if r.status == ReviewStatus.SKIPPED],
+            )
+        )
+    return rows, counts
+
+
+@transaction.atomic
+def release_item(*, item: QueueItem, reviewer) -> None:
+    """Take the item back from a reviewer who holds it: its place is free for the next one."""
+    deleted, _ = QueueReview.objects.filter(
+        item=item, reviewer=reviewer, status=ReviewStatus.RESERVED
+    ).delete()
+    if not deleted:
+        raise QueueError(f"{reviewer.get_username()} holds no reservation on this item")
+
+
+@transaction.atomic
+def reassign_item(*, item: QueueItem, to, from_reviewer=None, now=None) -> QueueReview:
+    """Reserve the item for `to` (a reviewer of the project), released first from
+    `from_reviewer` when given.
+
+    The item row is locked as reserve_next_item locks it, so a reviewer claiming it at the same
+    moment waits and then counts this reservation.
+    """
+    now = now or timezone.now()
+    queue = item.queue
+    QueueItem.objects.select_for_update(of=("self",)).filter(pk=item.pk).first()
+    if queue.assignees.exists() and not queue.assignees.filter(pk=to.pk).exists():
+        raise QueueError(f"{to.get_username()} is not one of this queue's assignees")
+    if from_reviewer is not None:
+        release_item(item=item, reviewer=from_reviewer)
+    own = QueueReview.objects.filter(item=item, reviewer=to).first()
+    if own is not None and own.status == ReviewStatus.DONE:
+        raise QueueError(f"{to.get_username()} has already reviewed this item")
+    taken = QueueReview.objects.filter(_claims_by_others(to, now), item=item).count()
+    if taken >= queue.reviewers_per_item:
+        raise QueueError("every place on this item is taken: release a holder first")
+    review, _ = QueueReview.objects.update_or_create(
+        item=item,
+        reviewer=to,
+        defaults={"status": ReviewStatus.RESERVED, "reserved_until": now + RESERVATION},
+    )
+    return review
 
 
 def with_progress(queues: QuerySet[Queue]) -> QuerySet[Queue]:
-    """Queues annotated with `item_count` and `done_count` (fully reviewed items), in one query."""
+    """Queues annotated with `item_count`, `done_count` (fully reviewed items), `reviews_done`
+    and `reviews_needed`, in one query."""
     done_reviews = (
         QueueReview.objects.filter(item=OuterRef("pk"), status=ReviewStatus.DONE)
         .values("item")
@@ -249,9 +390,20 @@ def with_progress(queues: QuerySet[Queue]) -> QuerySet[Queue]:
         .annotate(count=Count("pk"))
         .values("count")
     )
+    reviews = (
+        QueueReview.objects.filter(item__queue=OuterRef("pk"), status=ReviewStatus.DONE)
+        .values("item__queue")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
     return queues.annotate(
         item_count=Coalesce(Subquery(items, output_field=IntegerField()), 0),
         done_count=Coalesce(Subquery(fully_done_items, output_field=IntegerField()), 0),
+        # The progress bar's: done reviews of the places all items have (see QueueProgress).
+        reviews_done=Coalesce(Subquery(reviews, output_field=IntegerField()), 0),
+        reviews_needed=ExpressionWrapper(
+            F("item_count") * F("reviewers_per_item"), output_field=IntegerField()
+        ),
     )
 
 
@@ -267,3 +419,12 @@ def blinds_reviewer(*, trace, reviewer) -> bool:
         reviewer=reviewer,
         status=ReviewStatus.RESERVED,
     ).exists()
+
+
+def set_queue_guidelines(*, queue: Queue, guidelines: str) -> Queue:
+    """What the queue's reviewers should look for; shown as text on every item of it."""
+    if len(guidelines) > GUIDELINES_MAX_CHARS:
+        raise QueueError(f"guidelines are at most {GUIDELINES_MAX_CHARS} characters")
+    queue.guidelines = guidelines
+    queue.save(update_fields=["guidelines"])
+    return queue

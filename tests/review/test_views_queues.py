@@ -573,3 +573,193 @@ def test_in_a_blind_queue_a_reviewer_adjudicates_only_what_they_finished(
     assert "contested" not in html
     html = logged_in(bob).get(queue_url(queue, "agreement/")).content.decode()
     assert '<span class="tag contested">slow</span>' in html
+
+
+# A lead's view of a queue
+
+
+def release_url(queue, item, slug="acme") -> str:
+    return queue_url(queue, f"items/{item.pk}/release/", slug)
+
+
+def reassign_url(queue, item, slug="acme") -> str:
+    return queue_url(queue, f"items/{item.pk}/reassign/", slug)
+
+
+def item_row(html: str, item) -> str:
+    start = html.index(f'<tr id="item-{item.pk}"')
+    return html[start : html.index("</tr>", start)]
+
+
+@pytest.fixture
+def worked(project, traces, bob, carol, alice):
+    """Four items: 1 done by bob, 2 held by carol, 3 skipped by alice, 4 open."""
+    queue = make_queue(project)
+    _, second, third, _ = queue.items.order_by("position")
+    finish_item(item=reserve_next_item(queue=queue, reviewer=bob), reviewer=bob)
+    assert reserve_next_item(queue=queue, reviewer=carol) == second
+    queue_service.skip_item(item=third, reviewer=alice)
+    return queue
+
+
+def test_the_queue_page_lists_each_item_with_its_state_holder_and_expiry(victor, worked, carol):
+    first, second, third, fourth = worked.items.order_by("position")
+    html = logged_in(victor).get(queue_url(worked)).content.decode()
+    assert "state-done" in item_row(html, first) and "bob" in item_row(html, first)
+    held = QueueReview.objects.get(item=second, reviewer=carol)
+    until = timezone.localtime(held.reserved_until).strftime("%H:%M")
+    assert "state-reserved" in item_row(html, second)
+    assert "carol · until <time" in item_row(html, second) and f">{until}</time>" in html
+    assert "state-skipped" in item_row(html, third) and "alice" in item_row(html, third)
+    assert "state-open" in item_row(html, fourth)
+    # A viewer sees the items, not the lead's actions.
+    assert "release" not in html and "Reassign" not in html
+
+
+def test_the_items_filter_by_state_with_counts(victor, worked):
+    second = worked.items.get(position=2)
+    html = logged_in(victor).get(queue_url(worked), {"state": "reserved"}).content.decode()
+    assert html.count('<tr id="item-') == 1 and f'id="item-{second.pk}"' in html
+    assert 'reserved <span class="badge">1</span>' in html
+    assert 'open <span class="badge">1</span>' in html
+
+
+def test_an_unknown_state_or_page_is_400_naming_it(victor, worked):
+    client = logged_in(victor)
+    response = client.get(queue_url(worked), {"state": "lost"})
+    assert response.status_code == 400 and b"state must be one of" in response.content
+    assert client.get(queue_url(worked), {"page": "x"}).status_code == 400
+
+
+def test_an_admin_releases_a_reservation_and_the_item_is_open_again(alice, carol, worked):
+    second = worked.items.get(position=2)
+    response = logged_in(alice).post(release_url(worked, second), {"reviewer": carol.pk})
+    assert response.status_code == 302 and response["Location"].endswith(f"#item-{second.pk}")
+    assert not QueueReview.objects.filter(item=second, reviewer=carol).exists()
+    html = logged_in(alice).get(queue_url(worked)).content.decode()
+    assert "state-open" in item_row(html, second)
+
+
+def test_releasing_what_nobody_holds_is_409(alice, bob, worked):
+    fourth = worked.items.get(position=4)
+    response = logged_in(alice).post(release_url(worked, fourth), {"reviewer": bob.pk})
+    assert response.status_code == 409 and b"bob holds no reservation" in response.content
+
+
+def test_an_admin_reassigns_a_held_item_to_another_reviewer(alice, bob, carol, worked):
+    second = worked.items.get(position=2)
+    response = logged_in(alice).post(
+        reassign_url(worked, second), {"member": bob.pk, "from": carol.pk}
+    )
+    assert response.status_code == 302
+    assert not QueueReview.objects.filter(item=second, reviewer=carol).exists()
+    given = QueueReview.objects.get(item=second, reviewer=bob)
+    assert given.status == ReviewStatus.RESERVED and given.reserved_until > timezone.now()
+    # The queue serves bob the item he was given.
+    assert reserve_next_item(queue=worked, reviewer=bob) == second
+
+
+def test_giving_a_held_item_without_releasing_its_holder_is_409(alice, bob, worked):
+    second = worked.items.get(position=2)
+    response = logged_in(alice).post(reassign_url(worked, second), {"member": bob.pk})
+    assert response.status_code == 409 and b"every place on this item is taken" in response.content
+
+
+def test_an_item_is_not_given_to_who_already_reviewed_it(alice, bob, carol, worked):
+    first = worked.items.get(position=1)
+    finish_item(item=reserve_next_item(queue=worked, reviewer=carol), reviewer=carol)
+    response = logged_in(alice).post(reassign_url(worked, first), {"member": bob.pk})
+    assert response.status_code == 409 and b"bob has already reviewed" in response.content
+
+
+def test_an_item_goes_only_to_a_reviewer_of_the_project(alice, victor, mallory, worked):
+    fourth = worked.items.get(position=4)
+    client = logged_in(alice)
+    for someone in (victor, mallory):  # a viewer; another project's member
+        response = client.post(reassign_url(worked, fourth), {"member": someone.pk})
+        assert response.status_code == 400 and b"member must name a reviewer" in response.content
+    assert client.post(reassign_url(worked, fourth), {"member": "x"}).status_code == 400
+
+
+def test_an_item_of_an_assigned_queue_goes_only_to_its_assignees(
+    alice, bob, carol, project, traces
+):
+    queue = make_queue(project, assignees=[bob])
+    response = logged_in(alice).post(reassign_url(queue, queue.items.first()), {"member": carol.pk})
+    assert response.status_code == 409 and b"not one of this queue's assignees" in response.content
+
+
+def test_a_reviewer_cannot_release_reassign_or_write_guidelines(bob, carol, worked):
+    second = worked.items.get(position=2)
+    client = logged_in(bob)
+    assert client.post(release_url(worked, second), {"reviewer": carol.pk}).status_code == 403
+    assert client.post(reassign_url(worked, second), {"member": bob.pk}).status_code == 403
+    assert client.post(queue_url(worked, "guidelines/"), {"guidelines": "x"}).status_code == 403
+    assert QueueReview.objects.get(item=second, reviewer=carol).status == ReviewStatus.RESERVED
+
+
+def test_another_projects_admin_cannot_release_reassign_or_write_guidelines(mallory, carol, worked):
+    second = worked.items.get(position=2)
+    client = logged_in(mallory)
+    for slug in ("acme", "globex"):
+        assert (
+            client.post(release_url(worked, second, slug), {"reviewer": carol.pk}).status_code
+            == 404
+        )
+        assert (
+            client.post(reassign_url(worked, second, slug), {"member": carol.pk}).status_code == 404
+        )
+        assert (
+            client.post(queue_url(worked, "guidelines/", slug), {"guidelines": "x"}).status_code
+            == 404
+        )
+    assert QueueReview.objects.filter(item=second, reviewer=carol).exists()
+    assert Queue.objects.get(pk=worked.pk).guidelines == ""
+
+
+def test_release_and_reassign_are_posts(alice, worked):
+    second = worked.items.get(position=2)
+    assert logged_in(alice).get(release_url(worked, second)).status_code == 405
+    assert logged_in(alice).get(reassign_url(worked, second)).status_code == 405
+
+
+GUIDELINES = 'Tag "wrong tool" when the agent <script>alert(1)</script> called the wrong one.'
+
+
+def test_an_admin_writes_guidelines_every_item_opened_from_the_queue_shows_as_text(
+    alice, bob, worked
+):
+    response = logged_in(alice).post(queue_url(worked, "guidelines/"), {"guidelines": GUIDELINES})
+    assert response.status_code == 302
+    assert Queue.objects.get(pk=worked.pk).guidelines == GUIDELINES
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    queue_page = logged_in(bob).get(queue_url(worked)).content.decode()
+    assert escaped in queue_page and "<script>alert(1)" not in queue_page
+    client = logged_in(bob)
+    for _ in range(2):  # every item bob opens from the queue
+        item = reserve_next_item(queue=worked, reviewer=bob)
+        page = client.get(item_page(item)).content.decode()
+        assert 'id="queue-guidelines"' in page and escaped in page
+        assert "<script>alert(1)" not in page
+        finish_item(item=item, reviewer=bob)
+    # The same trace opened from the list is not a queue item: no guidelines.
+    plain = client.get(f"/p/acme/traces/{item.trace_id}/").content.decode()
+    assert 'id="queue-guidelines"' not in plain
+
+
+def test_guidelines_over_the_limit_are_400_and_change_nothing(alice, worked):
+    too_long = "x" * (queue_service.GUIDELINES_MAX_CHARS + 1)
+    response = logged_in(alice).post(queue_url(worked, "guidelines/"), {"guidelines": too_long})
+    assert response.status_code == 400 and b"guidelines" in response.content
+    assert Queue.objects.get(pk=worked.pk).guidelines == ""
+
+
+def test_the_progress_bar_counts_each_review_of_a_two_reviewer_queue(alice, bob, project, traces):
+    queue = make_queue(project, reviewers_per_item=2, assignees=[alice, bob])
+    finish_item(item=reserve_next_item(queue=queue, reviewer=bob), reviewer=bob)
+    html = logged_in(alice).get(queue_url(queue)).content.decode()
+    # One review of the eight the queue needs: the bar is an eighth full, not empty.
+    assert '<progress id="queue-progress-bar" value="1" max="8">' in html
+    assert "1 of 8 reviews done" in html
+    listed = logged_in(alice).get("/p/acme/queues/").content.decode()
+    assert '<progress value="1" max="8">' in listed

@@ -1,8 +1,11 @@
 """Review queues: build one from the trace filters, work through it, compare the reviewers."""
 
+from django import forms
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -16,17 +19,23 @@ from reviewapp.projects.access import (
     get_membership_for_user,
     get_reviewer_membership_for_user,
 )
-from reviewapp.projects.models import Membership
+from reviewapp.projects.models import Membership, Role
 from reviewapp.review.access import get_queue_for_membership
 from reviewapp.review.agreement import tag_agreement
 from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus, Tag, TraceTag
 from reviewapp.review.queues import (
+    GUIDELINES_MAX_CHARS,
+    ITEM_STATES,
     MAX_QUEUE_ITEMS,
     QueueError,
     build_queue,
     finish_item,
+    queue_items,
     queue_progress,
+    reassign_item,
+    release_item,
     reserve_next_item,
+    set_queue_guidelines,
     skip_item,
     with_progress,
 )
@@ -34,6 +43,7 @@ from reviewapp.traces.filters import TraceFilterForm, filtered_traces
 
 # The adjudication list stops here; the agreement numbers still cover every item.
 MAX_DISAGREEMENTS_SHOWN = 200
+ITEMS_PER_PAGE = 100  # the queue page's item list, a page at a time
 
 
 def _may_work(queue: Queue, user) -> bool:
@@ -111,17 +121,144 @@ def queue_create(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "review/queue_create.html", context, status=status)
 
 
+class QueueGuidelinesForm(forms.Form):
+    guidelines = forms.CharField(
+        required=False,
+        max_length=GUIDELINES_MAX_CHARS,
+        widget=forms.Textarea(attrs={"rows": 5}),
+        help_text="Shown, as plain text, on every item opened from this queue.",
+    )
+
+
+def _reviewers_for(queue: Queue) -> QuerySet:
+    """Who an item can be given to: the assignees, or else any reviewer of the project."""
+    if queue.assignees.exists():
+        return queue.assignees.order_by("username")
+    return (
+        get_user_model()
+        .objects.filter(
+            memberships__project=queue.project_id,
+            memberships__role__in=[Role.ADMIN, Role.REVIEWER],
+        )
+        .order_by("username")
+    )
+
+
 @require_GET
 @login_required
 def queue_detail(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
     membership, queue = _get_queue_for_user(request.user, slug, queue_id)
+    state = request.GET.get("state", "")
+    if state and state not in ITEM_STATES:
+        return HttpResponseBadRequest(
+            f"state must be one of {', '.join(ITEM_STATES)}", content_type="text/plain"
+        )
+    try:
+        page = max(int(request.GET.get("page", "1")), 1)
+    except ValueError:
+        return HttpResponseBadRequest("page must be a number", content_type="text/plain")
+    rows, counts = queue_items(
+        queue=queue, state=state, offset=(page - 1) * ITEMS_PER_PAGE, limit=ITEMS_PER_PAGE
+    )
+    shown = counts[state] if state else sum(counts.values())
     context = _page(
         membership,
         queue=queue,
         progress=queue_progress(queue),
         may_work=membership.can_review and _may_work(queue, request.user),
+        items=rows,
+        state=state,
+        state_counts=counts,
+        page=page,
+        more=page * ITEMS_PER_PAGE < shown,
+        members=list(_reviewers_for(queue)) if membership.is_admin else [],
+        guidelines_form=QueueGuidelinesForm(initial={"guidelines": queue.guidelines}),
     )
     return render_page(request, "review/queue.html", context, fragment="queue-progress")
+
+
+def _get_item_for_admin(user, slug: str, queue_id: int, item_id: int):
+    membership = get_admin_membership_for_user(user, slug)
+    queue = get_queue_for_membership(membership, queue_id)
+    item = first_or_404(
+        QueueItem.objects.filter(queue=queue, pk=item_id), "no such item in this queue"
+    )
+    return membership, queue, item
+
+
+def _reviewer_named(request: HttpRequest, queue: Queue, field: str):
+    """The reviewer of the project a POST field names by id; None when it names nobody."""
+    try:
+        user_id = int(request.POST.get(field, ""))
+    except ValueError:
+        return None
+    return (
+        get_user_model()
+        .objects.filter(
+            pk=user_id,
+            memberships__project=queue.project_id,
+            memberships__role__in=[Role.ADMIN, Role.REVIEWER],
+        )
+        .first()
+    )
+
+
+def _back_to_item(slug: str, queue: Queue, item: QueueItem) -> HttpResponse:
+    return redirect(reverse("queue_detail", args=[slug, queue.pk]) + f"#item-{item.pk}")
+
+
+@require_POST
+@login_required
+def queue_item_release(request: HttpRequest, slug: str, queue_id: int, item_id: int):
+    """An admin takes an item back from the reviewer holding it."""
+    _, queue, item = _get_item_for_admin(request.user, slug, queue_id, item_id)
+    reviewer = _reviewer_named(request, queue, "reviewer")
+    if reviewer is None:
+        return HttpResponseBadRequest(
+            "reviewer must name a reviewer of this project", content_type="text/plain"
+        )
+    try:
+        release_item(item=item, reviewer=reviewer)
+    except QueueError as error:
+        return HttpResponse(str(error), status=409, content_type="text/plain")
+    return _back_to_item(slug, queue, item)
+
+
+@require_POST
+@login_required
+def queue_item_reassign(request: HttpRequest, slug: str, queue_id: int, item_id: int):
+    """An admin gives an item to a reviewer (from the one holding it, when `from` names one)."""
+    _, queue, item = _get_item_for_admin(request.user, slug, queue_id, item_id)
+    to = _reviewer_named(request, queue, "member")
+    if to is None:
+        return HttpResponseBadRequest(
+            "member must name a reviewer of this project", content_type="text/plain"
+        )
+    from_reviewer = None
+    if request.POST.get("from"):
+        from_reviewer = _reviewer_named(request, queue, "from")
+        if from_reviewer is None:
+            return HttpResponseBadRequest(
+                "from must name a reviewer of this project", content_type="text/plain"
+            )
+    try:
+        reassign_item(item=item, to=to, from_reviewer=from_reviewer)
+    except QueueError as error:
+        return HttpResponse(str(error), status=409, content_type="text/plain")
+    return _back_to_item(slug, queue, item)
+
+
+@require_POST
+@login_required
+def queue_guidelines(request: HttpRequest, slug: str, queue_id: int) -> HttpResponse:
+    """An admin writes what the queue's reviewers should look for."""
+    membership = get_admin_membership_for_user(request.user, slug)
+    queue = get_queue_for_membership(membership, queue_id)
+    form = QueueGuidelinesForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(form.errors.as_text(), content_type="text/plain")
+    set_queue_guidelines(queue=queue, guidelines=form.cleaned_data["guidelines"])
+    return redirect(reverse("queue_detail", args=[slug, queue.pk]) + "#guidelines")
 
 
 @require_POST
