@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Feedback, Tag, TraceTag
-from reviewapp.traces.models import Termination, Trace
+from reviewapp.traces.models import FAILURE_TERMINATIONS, Termination, Trace
 
 SORTS = {
     # name: (label, column, descending)
@@ -26,6 +26,8 @@ BASE_ADAPTER = "base"
 # The "tool_failure" filter's values: whether any tool call of the trace returned an error,
 # whatever the episode's termination (an agent may go on and complete after a failed lookup).
 TOOL_FAILED, NO_TOOL_FAILED = "yes", "no"
+# The "outcome" filter's value for the episodes the monitors' success rate counts as failed.
+FAILED_EPISODE = "failed"
 
 
 class TraceFilterForm(forms.Form):
@@ -50,7 +52,14 @@ class TraceFilterForm(forms.Form):
     model = forms.CharField(required=False, max_length=200)
     adapter = forms.CharField(required=False, max_length=200, label="Adapter version")
     outcome = forms.ChoiceField(
-        choices=[("", "any"), ("success", "success"), ("failure", "failure"), ("none", "none")],
+        choices=[
+            ("", "any"),
+            ("success", "success"),
+            ("failure", "failure"),
+            ("none", "none"),
+            # What the monitors count as failed: reported so, or a failure ending.
+            (FAILED_EPISODE, "failed or a failure ending"),
+        ],
         required=False,
     )
     feedback = forms.ChoiceField(
@@ -170,6 +179,8 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(success=False)
     elif outcome == "none":
         traces = traces.filter(success__isnull=True)
+    elif outcome == FAILED_EPISODE:
+        traces = traces.filter(Q(success=False) | Q(termination__in=FAILURE_TERMINATIONS))
     has_feedback = Exists(Feedback.objects.filter(trace=OuterRef("pk")))
     if filters.get("feedback") == "yes":
         traces = traces.filter(has_feedback)

@@ -148,3 +148,18 @@ def test_the_monitors_errors_per_tool_open_the_traces_with_that_tools_errors(vic
     url = _link_of(page, r"13 in 9 traces")
     assert "failed_tool=lookup_order" in url
     assert match_count(client, url.split("?", 1)[1]) == 9
+
+
+def test_the_monitors_failed_episodes_open_exactly_those_traces(victor, project, demo):
+    ingest_traces(
+        project=project,
+        raw_items=[
+            make_trace("reported-failed", outcome={"success": False}),
+            make_trace("reported-ok", outcome={"success": True}),
+        ],
+    )
+    client = logged_in(victor)
+    page = client.get("/p/acme/monitors/").content.decode()
+    url = _link_of(page, r"[\d.]+% \(7 failed\)")  # six tool_error endings, one reported
+    assert "outcome=failed" in url
+    assert match_count(client, url.split("?", 1)[1]) == 7

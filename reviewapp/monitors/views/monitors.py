@@ -26,7 +26,7 @@ from reviewapp.projects.access import (
 )
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import POLICY_CHOICES, DataPolicy
-from reviewapp.traces.filters import TOOL_FAILED
+from reviewapp.traces.filters import FAILED_EPISODE, TOOL_FAILED
 from reviewapp.traces.models import Termination
 
 ALERT_COUNT_SECONDS = 60  # the nav's alert count is recomputed at most this often per project
@@ -93,7 +93,8 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
         Cell(_number(group.words_per_answer, 1), url()),
         Cell(_number(group.completion_tokens, 0), url()),
         Cell(_number(group.tool_calls_per_trace), url(sort="most_tools")),
-        Cell(_percent(group.success_rate), url(outcome="failure")),
+        Cell(f"{_percent(group.success_rate)} ({group.failed} failed)",
+             url(outcome=FAILED_EPISODE) if group.failed else ""),
         Cell(_number(group.reward), url()),
         Cell(_percent(group.feedback_rate), url(feedback="yes")),
     ]  # fmt: skip
