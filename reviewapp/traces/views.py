@@ -10,7 +10,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from reviewapp.forms import FeedbackForm
 from reviewapp.fragments import render_page
 from reviewapp.learning.lineage import adapters_by_feedback
 from reviewapp.projects.access import (
@@ -28,6 +27,7 @@ from reviewapp.review.feedback import (
     record_feedback,
     retry_feedback,
 )
+from reviewapp.review.forms import FeedbackForm
 from reviewapp.review.models import Feedback, Tag, TraceTag
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.review.tags import toggle_tag

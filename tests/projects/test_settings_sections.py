@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from reviewapp.forms import AutoApproveForm, RetrainForm
+from reviewapp.learning.forms import AutoApproveForm, RetrainForm
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import (
     ProjectSettings,

@@ -9,7 +9,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from reviewapp.charts import line_chart
-from reviewapp.forms import AutoApproveForm, RetrainForm
 from reviewapp.learning.approvals import (
     AUTO_APPROVE_POLICIES,
     choose_target,
@@ -18,6 +17,7 @@ from reviewapp.learning.approvals import (
     set_auto_approve,
 )
 from reviewapp.learning.dataset import build_training_set
+from reviewapp.learning.forms import AutoApproveForm, RetrainForm
 from reviewapp.learning.lessons import lesson_ledger
 from reviewapp.learning.models import Adapter, DistillationTarget, TargetState, TrainingRun
 from reviewapp.learning.plan import RunPlan, frozen_plan

@@ -13,11 +13,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from reviewapp.charts import multi_line_chart, stacked_bar_chart
-from reviewapp.forms import MonitorForm
 from reviewapp.fragments import render_page
 from reviewapp.learning.dataset import build_training_set, data_policy_for, set_data_policy
 from reviewapp.learning.models import TargetState
 from reviewapp.monitors.alerts import alerts_from_monitor, project_alerts
+from reviewapp.monitors.forms import MonitorForm
 from reviewapp.monitors.monitors import GroupStats, Monitor, compute_monitor, evidence_url
 from reviewapp.monitors.refusals import recent_refusals
 from reviewapp.projects.access import (

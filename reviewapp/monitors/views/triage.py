@@ -8,8 +8,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from reviewapp import jobs
-from reviewapp.forms import CONDITION_FIELDS, ApplyFeedbackForm, TriageRuleForm
 from reviewapp.fragments import render_page
+from reviewapp.monitors.forms import CONDITION_FIELDS, ApplyFeedbackForm, TriageRuleForm
 from reviewapp.monitors.models import TriageRule
 from reviewapp.monitors.similarity import failure_clusters, similar_traces, suggested_tags
 from reviewapp.monitors.triage import ANY_TOOL, rules_with_counts, save_rule

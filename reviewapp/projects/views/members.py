@@ -5,8 +5,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from reviewapp.forms import AddMemberForm, MemberRoleForm
 from reviewapp.projects.access import get_admin_membership_for_user, get_member_for_membership
+from reviewapp.projects.forms import AddMemberForm, MemberRoleForm
 from reviewapp.projects.members import MemberError, add_member, change_role, remove_member
 from reviewapp.projects.models import Membership
 

@@ -11,7 +11,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from reviewapp.forms import QueueForm
 from reviewapp.fragments import render_page
 from reviewapp.projects.access import (
     first_or_404,
@@ -22,6 +21,7 @@ from reviewapp.projects.access import (
 from reviewapp.projects.models import Membership, Role
 from reviewapp.review.access import get_queue_for_membership
 from reviewapp.review.agreement import tag_agreement
+from reviewapp.review.forms import QueueForm
 from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus, Tag, TraceTag
 from reviewapp.review.queues import (
     GUIDELINES_MAX_CHARS,

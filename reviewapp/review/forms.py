@@ -1,25 +1,17 @@
-"""HTML forms of the dashboard (the JSON API validates with pydantic schemas instead)."""
+"""The review wing's HTML forms: feedback on a trace, a new queue."""
 
 import json
-from typing import get_args
 
 from django import forms
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
 
-from reviewapp.learning.approvals import AUTO_APPROVE_POLICIES
-from reviewapp.monitors.models import TriageRule
-from reviewapp.monitors.triage import ANY_TOOL
 from reviewapp.projects.models import Role
-from reviewapp.projects.project_settings import AUTO_APPROVE_CHOICES
 from reviewapp.review.feedback import MAX_FEEDBACK_TEXT_LENGTH
-from reviewapp.review.models import Feedback, Queue, Tag
 from reviewapp.review.queues import MAX_QUEUE_ITEMS
 from reviewapp.traces.filters import TraceFilterForm
-from reviewapp.traces.models import Trace
 from reviewapp.traces.rendering import TurnView
 from training.checks import check_problem
-from training.config import TrainingMode
 
 
 class FeedbackForm(forms.Form):
@@ -168,31 +160,6 @@ class FeedbackForm(forms.Form):
         }
 
 
-class AutoApproveForm(forms.Form):
-    policy = forms.ChoiceField(
-        label="Auto-approve",
-        choices=[(policy, AUTO_APPROVE_POLICIES[policy]) for policy in AUTO_APPROVE_CHOICES],
-    )
-    apply_to_proposed = forms.BooleanField(
-        label="also approve the proposed targets that pass now", required=False
-    )
-
-
-# What each of TrainingConfig's modes does, in the Retrain form's words.
-TRAINING_MODE_DESCRIPTIONS = {
-    "sft": "learn the approved targets",
-    "distill": "on-policy self-distillation",
-}
-
-
-class RetrainForm(forms.Form):
-    mode = forms.ChoiceField(
-        choices=[
-            (mode, f"{mode}: {TRAINING_MODE_DESCRIPTIONS[mode]}") for mode in get_args(TrainingMode)
-        ]
-    )
-
-
 class QueueForm(TraceFilterForm):
     """The trace-list filters plus how the queue is worked."""
 
@@ -242,84 +209,3 @@ class QueueForm(TraceFilterForm):
             if values:
                 query.setlist(name, values)
         return query.urlencode()
-
-
-CONDITION_FIELDS = (
-    "termination",
-    "min_tool_calls",
-    "failed_tool",
-    "tag",
-    "model",
-    "adapter_version",
-    "outcome",
-    "text",
-)
-
-
-class TriageRuleForm(forms.ModelForm):
-    new_queue = forms.CharField(
-        max_length=200, required=False, help_text="Or route to a new, empty queue of this name."
-    )
-
-    class Meta:
-        model = TriageRule
-        fields = ["name", "queue", *CONDITION_FIELDS, "sample_rate", "enabled"]
-        labels = {"min_tool_calls": "More tool calls than", "text": "Text contains"}
-        help_texts = {
-            "failed_tool": f"A call of this tool returned an error; {ANY_TOOL} for any tool.",
-            "sample_rate": "Share of matching traces routed (0 to 1); the same ones on every run.",
-        }
-
-    def __init__(self, *args, project, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.instance.project = project
-        self.fields["queue"].required = False
-        self.fields["queue"].queryset = Queue.objects.filter(project=project).order_by("name")
-        self.fields["tag"].queryset = Tag.objects.filter(project=project).order_by("name")
-
-    def clean_sample_rate(self) -> float:
-        rate = self.cleaned_data["sample_rate"]
-        if not 0 < rate <= 1:
-            raise forms.ValidationError("a sample rate is above 0 and at most 1")
-        return rate
-
-    def clean(self) -> dict:
-        data = super().clean()
-        if bool(data.get("queue")) == bool(data.get("new_queue")):
-            self.add_error("queue", "choose a queue or name a new one (not both)")
-        if not any(data.get(name) not in (None, "") for name in CONDITION_FIELDS):
-            raise forms.ValidationError("a rule needs at least one condition")
-        return data
-
-
-class ApplyFeedbackForm(forms.Form):
-    """One of this trace's feedback, and the similar traces the reviewer ticked."""
-
-    feedback = forms.ModelChoiceField(queryset=Feedback.objects.none())
-    traces = forms.ModelMultipleChoiceField(
-        queryset=Trace.objects.none(), error_messages={"required": "tick the traces it fits"}
-    )
-
-    def __init__(self, *args, trace: Trace, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["feedback"].queryset = trace.feedback.order_by("id")
-        self.fields["traces"].queryset = Trace.objects.filter(project=trace.project_id).exclude(
-            pk=trace.pk
-        )
-
-
-class MonitorForm(TraceFilterForm):
-    bucket = forms.ChoiceField(
-        choices=[("day", "per day"), ("hour", "per hour")], required=False, label="Over time"
-    )
-
-
-class AddMemberForm(forms.Form):
-    """An existing user, by username, and the role they get in the project."""
-
-    username = forms.CharField(max_length=150)
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
-
-
-class MemberRoleForm(forms.Form):
-    role = forms.ChoiceField(choices=Role.choices)
