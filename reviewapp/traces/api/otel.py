@@ -8,11 +8,11 @@ from django.http import HttpRequest
 from ninja import Router, Status
 from ninja.errors import HttpError
 
-from reviewapp.api import schemas
 from reviewapp.api.errors import InvalidBody, StrictJsonParser, decoded_body
-from reviewapp.api.schemas import ERRORS
+from reviewapp.api.schemas import ERRORS, ErrorOut
 from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
+from reviewapp.traces.api import schemas
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import TraceSource
 from reviewapp.traces.otel import OtlpError, otlp_json_from_protobuf, traces_from_otlp
@@ -25,7 +25,7 @@ JSON = "application/json"
 
 @router.post(
     "/otel/v1/traces",
-    response={207: schemas.BatchResultOut, 415: schemas.ErrorOut, **ERRORS},
+    response={207: schemas.BatchResultOut, 415: ErrorOut, **ERRORS},
     summary="Receive OTLP/HTTP spans, protobuf or JSON, gzip or not (GenAI conventions)",
     exclude_none=True,
     **requires(

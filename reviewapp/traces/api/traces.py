@@ -6,7 +6,6 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from ninja.errors import HttpError
 
-from reviewapp.api import schemas
 from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.lineage import adapters_by_feedback
@@ -21,6 +20,7 @@ from reviewapp.review.feedback import (
 )
 from reviewapp.review.models import Feedback, TraceTag
 from reviewapp.traces.access import get_trace_for_project
+from reviewapp.traces.api import schemas
 from reviewapp.traces.chat import text_problem
 from reviewapp.traces.filters import text_matches
 from reviewapp.traces.ingest import ingest_traces
