@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from reviewapp.harness.tools import HANDBOOK, TOOL_DEFINITIONS
 from reviewapp.projects.models import Membership, Project, Role
 from reviewapp.projects.services import create_api_key, create_project
 from reviewapp.review.feedback import record_feedback
@@ -18,30 +19,13 @@ from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import TraceSource
 
-
-def _tool(name: str, description: str, argument: str) -> dict:
-    """An OpenAI function tool that takes one string."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": {argument: {"type": "string"}},
-                "required": [argument],
-            },
-        },
-    }
-
-
-CALCULATOR = _tool("calculator", "Evaluate an arithmetic expression.", "expression")
-LOOKUP = _tool("lookup", "Look a topic up in the company handbook.", "topic")
-HANDBOOK = {
-    "refunds": "Refunds are issued within 14 days of purchase.",
-    "shipping": "Orders ship within 2 business days.",
-    "support hours": "Support is open 9:00-17:00 CET on weekdays.",
-}
+# The demo agent's own tools and handbook (reviewapp/harness/tools.py), so a seeded episode
+# reads like the live ones the harness records.
+DEMO_TOOLS = [
+    definition
+    for definition in TOOL_DEFINITIONS
+    if definition["function"]["name"] in ("calculator", "lookup")
+]
 
 
 # The demo's failure taxonomy: (name, parent, description). The first nine get keys 1-9.
@@ -91,7 +75,7 @@ def demo_trace(index: int, rng: random.Random) -> dict:
         "external_id": f"demo-{index:04d}",
         "model": "SmolLM2-135M-Instruct",
         "messages": messages,
-        "tools": [CALCULATOR, LOOKUP],
+        "tools": DEMO_TOOLS,
         "metadata": {"demo": True, "synthetic": True},
         "termination": termination,
         "outcome": {"success": termination == "completed"},
