@@ -114,8 +114,8 @@ class GroupStats:
     rewarded: int = 0
     tool_results: int = 0
     tool_errors: int = 0
-    # Traces with a failed tool call, whatever their termination (versions only): the traces
-    # the tool-call errors are in, which the "a tool call failed" filter lists.
+    # Traces with a failed tool call, whatever their termination (versions, with the per-tool
+    # figures only): the traces the errors are in, which the "a tool call failed" filter lists.
     failing_traces: int = 0
     answers: int = 0  # assistant turns with text and no tool call
     answer_words: int = 0
@@ -336,20 +336,29 @@ def _failing_tools(traces: QuerySet[Trace]) -> list[tuple]:
     return _json_rows(failing, "tool_errors", _TOOL_TOTALS)
 
 
-def _count_failing_traces(
-    traces: QuerySet[Trace], versions: list[GroupStats], *, per_tool: bool
-) -> None:
-    """Each version's traces with a failed tool call, and per tool those with an error of it.
+def _count_failing_traces(traces: QuerySet[Trace], versions: list[GroupStats]) -> None:
+    """Each version's traces with a failed tool call, and per tool those with an error of it,
+    so a version's "N failed calls in M traces" names the M traces its link opens.
 
-    Counted over the failing traces only (the partial index trace_tool_errors), so a version's
-    "N failed calls in M traces" names the M traces its link opens."""
+    One grouped pass over the failing traces, a filtered count per tool that failed (a key
+    test on the JSON, no row per key); past NAMED_TOOLS_MAX such tools, a row per key."""
     by_version = {group.version: group for group in versions}
     failing = traces.filter(tool_error_count__gt=0)
-    for row in failing.values("model", "adapter_version").annotate(count=Count("id")):
+    names = sorted({name for g in versions for name, tool in g.tools.items() if tool.errors})
+    named = names if len(names) <= NAMED_TOOLS_MAX else []
+    per_tool = {
+        f"tool_{index}": Count("id", filter=Q(tool_errors__has_key=name))
+        for index, name in enumerate(named)
+    }
+    for row in failing.values("model", "adapter_version").annotate(count=Count("id"), **per_tool):
         group = by_version.get(Version(row["model"], row["adapter_version"]))
-        if group is not None:  # rollups that missed a trace: see _fold
-            group.failing_traces = row["count"]
-    if not per_tool:
+        if group is None:  # rollups that missed a trace: see _fold
+            continue
+        group.failing_traces = row["count"]
+        for index, name in enumerate(named):
+            if row[f"tool_{index}"]:
+                group.tools[name].failing_traces = row[f"tool_{index}"]
+    if named or not names:
         return
     rows = failing.values("id", "model", "adapter_version", "tool_errors")
     for model, adapter_version, name, count in _json_rows(rows, "tool_errors", _TOOL_TRACES):
@@ -442,7 +451,7 @@ def monitor_of_traces(
         versions, series = _grouped(traces, trunc, names)
         if per_tool and versions:
             _fill_tools(traces, versions, failing)
-        _count_failing_traces(traces, versions, per_tool=per_tool)
+            _count_failing_traces(traces, versions)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 
@@ -473,7 +482,9 @@ def compute_monitor(
     )
     if per_tool and versions:
         _rolled_up_tools(project, filters, traces, versions)
-    _count_failing_traces(traces, versions, per_tool=per_tool)
+        with transaction.atomic():
+            _without_jit()
+            _count_failing_traces(traces, versions)
     return Monitor(bucket=bucket, versions=versions, series=series)
 
 

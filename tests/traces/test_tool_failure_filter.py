@@ -7,6 +7,7 @@ import re
 import pytest
 from django.test import Client
 
+from reviewapp.monitors import monitors
 from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
@@ -142,7 +143,11 @@ def test_the_monitors_failed_calls_open_the_traces_they_are_in(victor, demo, fil
     assert len(listed_ids(client, url.split("?", 1)[1])) == 9
 
 
-def test_the_monitors_errors_per_tool_open_the_traces_with_that_tools_errors(victor, demo):
+@pytest.mark.parametrize("named_tools_max", [32, 0])  # a count per tool; a row per JSON key
+def test_the_monitors_errors_per_tool_open_the_traces_with_that_tools_errors(
+    victor, demo, monkeypatch, named_tools_max
+):
+    monkeypatch.setattr(monitors, "NAMED_TOOLS_MAX", named_tools_max)
     client = logged_in(victor)
     page = client.get("/p/acme/monitors/").content.decode()
     url = _link_of(page, r"13 in 9 traces")
