@@ -49,6 +49,12 @@ class TraceFilterForm(forms.Form):
         label="Failed tool",
         help_text="A call of this tool (by name) returned an error.",
     )
+    called_tool = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Called tool",
+        help_text="A call of this tool (by name) returned a result.",
+    )
     model = forms.CharField(required=False, max_length=200)
     adapter = forms.CharField(required=False, max_length=200, label="Adapter version")
     outcome = forms.ChoiceField(
@@ -166,6 +172,10 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(tool_error_count=0)
     if filters.get("failed_tool"):
         traces = traces.filter(tool_error_count__gt=0, tool_errors__has_key=filters["failed_tool"])
+    if filters.get("called_tool"):
+        traces = traces.filter(
+            tool_result_count__gt=0, tool_results__has_key=filters["called_tool"]
+        )
     if filters.get("model"):
         traces = traces.filter(model=filters["model"])
     if filters.get("adapter") == BASE_ADAPTER:

@@ -168,3 +168,13 @@ def test_the_monitors_failed_episodes_open_exactly_those_traces(victor, project,
     url = _link_of(page, r"[\d.]+% \(7 failed\)")  # six tool_error endings, one reported
     assert "outcome=failed" in url
     assert match_count(client, url.split("?", 1)[1]) == 7
+
+
+def test_the_monitors_results_per_tool_open_the_traces_that_called_it(victor, project, demo):
+    ingest_traces(project=project, raw_items=[make_trace("calc-1")])  # one calculator result
+    client = logged_in(victor)
+    page = client.get("/p/acme/monitors/").content.decode()
+    found = re.search(r'<a href="([^"]*called_tool=calculator[^"]*)">1</a>', page)
+    assert found, "the calculator's one result links to the traces that called it"
+    assert listed_ids(client, html_module.unescape(found.group(1)).split("?", 1)[1]) == {"calc-1"}
+    assert len(listed_ids(client, "called_tool=lookup_order")) == 14  # every demo episode

@@ -141,7 +141,7 @@ def _charts(monitor: Monitor) -> list:
 class ToolRow:
     version: str
     tool: str
-    results: Cell
+    results: Cell  # linked to the traces that called the tool
     errors: Cell  # "N in M traces", linked to those M traces
     error_rate: str
     examples: list[tuple[int, str]]  # the newest failing traces: (id, trace page)
@@ -155,18 +155,21 @@ def _tool_rows(project: Project, monitor: Monitor, filters: dict) -> list[ToolRo
                 (trace_id, reverse("trace_detail", args=[project.slug, trace_id]))
                 for trace_id in tool.error_examples
             ]
+            version = group.version.trace_filters()
             traces = tool.failing_traces
             errors = Cell(
                 f"{tool.errors} in {traces} trace{'s' if traces != 1 else ''}",
-                evidence_url(project, filters, **group.version.trace_filters(), failed_tool=name)
-                if traces
-                else "",
+                evidence_url(project, filters, **version, failed_tool=name) if traces else "",
+            )
+            results = Cell(
+                str(tool.calls),
+                evidence_url(project, filters, **version, called_tool=name) if tool.calls else "",
             )
             rows.append(
                 ToolRow(
                     group.version.label,
                     name,
-                    Cell(str(tool.calls)),
+                    results,
                     errors,
                     _percent(tool.error_rate),
                     examples,
