@@ -113,6 +113,7 @@ def run_episode(
     max_steps: int,
     trace_id: str | None = None,
     tool_choice: ToolChoice = "named",
+    instructions: str = "",
 ) -> EpisodeResult:
     """Run one task to an answer or a termination; never raises for server or tool trouble.
 
@@ -121,17 +122,16 @@ def run_episode(
     "auto": every step offers the tools and the model decides. Either way a reply without tool
     calls is the answer (after a failed tool result the episode ends in `tool_error`), every
     call runs in the environment with its injected failures and latency, and the time budget
-    covers the whole episode, tools included.
+    covers the whole episode, tools included. `instructions` are appended to the system
+    message (feedback given in the prompt, the baseline a trained lesson is compared with).
     """
     if tool_choice not in TOOL_CHOICES:
         raise ValueError(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}")
     started = time.monotonic()
     deadline = started + time_budget_s
+    system_prompt = AUTO_SYSTEM_PROMPT if tool_choice == "auto" else SYSTEM_PROMPT
     messages: list[dict] = [
-        {
-            "role": "system",
-            "content": AUTO_SYSTEM_PROMPT if tool_choice == "auto" else SYSTEM_PROMPT,
-        },
+        {"role": "system", "content": f"{system_prompt}\n{instructions}".strip()},
         {"role": "user", "content": task.question},
     ]
     tool_calls = tool_failures = steps = 0

@@ -104,6 +104,7 @@ def _run(
     max_steps=3,
     trace_id=None,
     tool_choice="named",
+    instructions="",
 ):
     return run_episode(
         client,
@@ -116,6 +117,7 @@ def _run(
         max_steps=max_steps,
         trace_id=trace_id,
         tool_choice=tool_choice,
+        instructions=instructions,
     )
 
 
@@ -464,6 +466,16 @@ def test_in_auto_mode_every_step_offers_the_tools_and_lets_the_model_choose(clie
     assert [body["tool_choice"] for body in bodies] == ["auto", "auto"]
     assert all(body["tools"] == TOOL_DEFINITIONS for body in bodies)
     assert "Call a tool when the question needs one" in bodies[0]["messages"][0]["content"]
+
+
+def test_instructions_are_appended_to_the_system_message(client, server):
+    server.script = [_answer("It is 84.")]
+
+    _run(client, tool_choice="auto", instructions="Use the calculator for arithmetic.")
+
+    system = server.bodies()[0]["messages"][0]["content"]
+    assert system.startswith("You are a helpful assistant with three tools")
+    assert system.endswith("the tool result.\nUse the calculator for arithmetic.")
 
 
 def test_in_auto_mode_a_model_may_answer_without_a_tool(client, server):
