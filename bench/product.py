@@ -86,7 +86,7 @@ def _make_project(env: dict, vllm_url: str, alias: str) -> str:
     )
     # Default training settings, as the full-loop test and a new project have.
     settings_code = (
-        "from reviewapp.models import Project; p = Project.objects.get(slug='bench'); "
+        "from reviewapp.projects.models import Project; p = Project.objects.get(slug='bench'); "
         f"p.upstream_model = {MODEL!r}; p.save()"
     )
     subprocess.run([*manage, "shell", "-c", settings_code], **run)
