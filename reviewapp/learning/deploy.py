@@ -26,10 +26,10 @@ import httpx
 from django.db import transaction
 from django.utils import timezone
 
-from reviewapp.gateway.routing import forget_cached_routes
 from reviewapp.learning.lineage import adapter_report
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.learning.plan import RunPlan
+from reviewapp.projects import key_cache
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import settings_for
 from training.deploy import DeployError, canary_request, load_adapter, unload_adapter
@@ -78,7 +78,7 @@ def _locked_route(project: Project) -> Iterator[ModelRoute]:
         route.revision += 1
         route.updated_at = timezone.now()
         route.save()
-        transaction.on_commit(forget_cached_routes)
+        transaction.on_commit(key_cache.forget_all)
 
 
 def _refuse_deploy(adapter: Adapter, route: ModelRoute | None) -> None:

@@ -8,7 +8,6 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
-from reviewapp.learning.models import Adapter
 from reviewapp.projects.models import Membership, Project, Role
 
 RowT = TypeVar("RowT", bound=Model)
@@ -54,13 +53,6 @@ def get_member_for_membership(membership: Membership, member_id: int) -> Members
     """Another person's membership of the same project (the members page changes it)."""
     members = Membership.objects.filter(project=membership.project, pk=member_id)
     return first_or_404(members, "no such member")
-
-
-def get_adapter_for_membership(membership: Membership, version: int) -> Adapter:
-    adapters = Adapter.objects.select_related("run").filter(
-        project=membership.project, version=version
-    )
-    return first_or_404(adapters, "no such adapter")
 
 
 def projects_for_user(user) -> list[Project]:

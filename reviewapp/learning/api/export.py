@@ -8,9 +8,9 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
-from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.dataset import TrainingSet, build_training_set
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope, Project
 from reviewapp.review.models import Feedback, TraceTag
 from reviewapp.traces.models import FAILURE_TERMINATIONS, Trace, TraceSource

@@ -8,13 +8,13 @@ from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
-from reviewapp.api.auth import requires
 from reviewapp.api.schemas import ERRORS, ErrorOut
 from reviewapp.learning.deploy import deployment_of
 from reviewapp.learning.lessons import lesson_ledger
 from reviewapp.learning.models import Adapter, ModelRoute, TrainingRun
 from reviewapp.learning.runs import RetrainError, is_presumed_dead, start_retrain
 from reviewapp.projects.access import first_or_404
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
 
 router = Router(tags=["training"])

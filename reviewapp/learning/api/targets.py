@@ -10,7 +10,6 @@ from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 from pydantic import field_validator
 
-from reviewapp.api.auth import requires
 from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.approvals import (
@@ -22,6 +21,7 @@ from reviewapp.learning.approvals import (
 )
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.access import first_or_404
+from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope, Project
 from reviewapp.review.api import READ
 

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from reviewapp.charts import bar_chart
+from reviewapp.learning.access import get_adapter_for_membership
 from reviewapp.learning.deploy import (
     DeployError,
     DeployRefused,
@@ -25,7 +26,6 @@ from reviewapp.learning.lessons import lesson_ledger
 from reviewapp.learning.lineage import STATUSES, adapter_lineage, adapter_report
 from reviewapp.learning.models import Adapter, ModelRoute
 from reviewapp.projects.access import (
-    get_adapter_for_membership,
     get_admin_membership_for_user,
     get_membership_for_user,
 )
