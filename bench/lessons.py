@@ -275,7 +275,7 @@ def main() -> None:
             trace_ids += give_lesson(product, lesson, batch, args.corrections, lesson.apply)
         wait_for_targets(product.api, trace_ids)
         run = retrain(product, "the contradicting pair", args.max_seconds)
-        conflicts = (run.get("plan") or {}).get("contradicting_lessons") or []
+        conflicts = run["plan"].get("conflicts") or []
         print(f"\ncontradictions the run's plan reported: {len(conflicts)}")
         for conflict in conflicts:
             print(f"  {conflict}")

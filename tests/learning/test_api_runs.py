@@ -106,3 +106,15 @@ def test_a_runs_eval_summary_carries_what_it_was_judged_against_and_each_lesson(
     assert body["eval"]["serving"] == {"name": "acme-v1", "version": 1}
     assert body["eval"]["feedback_items"] == lesson["trained"]
     assert "items" not in body["eval"]
+
+
+def test_a_run_shows_the_plan_frozen_when_it_was_created(admin_api, project, approved_target):
+    project.settings = {"gate": {"max_regressed": 2}}
+    project.save()
+    run_id = admin_api.post("/api/v1/runs", {}).json()["id"]
+    project.settings = {"gate": {"max_regressed": 5}}
+    project.save()
+    plan = admin_api.get(f"/api/v1/runs/{run_id}").json()["plan"]
+    assert plan["gate"]["max_regressed"] == 2
+    assert plan["serving_adapter"] is None
+    assert plan["conflicts"] == []

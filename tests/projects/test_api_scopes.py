@@ -18,6 +18,7 @@ ADMIN_ROUTES = [
     ("post", "/api/v1/runs"),
     ("get", "/api/v1/runs/1"),
     ("get", "/api/v1/adapters"),
+    ("get", "/api/v1/lessons"),
     ("get", "/api/v1/export.jsonl"),
 ]
 CORRECTION = {"text": "Lead with the number.", "turn": 4, "correction": {"content": "84."}}

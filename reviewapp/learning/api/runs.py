@@ -42,6 +42,9 @@ class RunOut(Schema):
     finished_at: datetime | None
     # Active, but its worker stopped reporting: a starting worker takes it over.
     worker_lost: bool
+    # What its evaluation, gate and deploy use, frozen when it was created: thresholds, the
+    # adapter it is judged against, contradicting lessons (learning/plan.py).
+    plan: dict[str, Any]
 
 
 class DeploymentOut(Schema):
@@ -131,6 +134,7 @@ def get_run(request: HttpRequest, run_id: int):
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "worker_lost": is_presumed_dead(run),
+        "plan": run.plan,
     }
 
 
