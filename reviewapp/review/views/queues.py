@@ -186,13 +186,17 @@ def _get_item_for_admin(user, slug: str, queue_id: int, item_id: int):
     return membership, queue, item
 
 
+class _NotAReviewer(Exception):
+    """A POST field that should name a reviewer of the project names nobody who is one."""
+
+
 def _reviewer_named(request: HttpRequest, queue: Queue, field: str):
-    """The reviewer of the project a POST field names by id; None when it names nobody."""
+    """The reviewer of the project the POST field names by id."""
     try:
         user_id = int(request.POST.get(field, ""))
     except ValueError:
-        return None
-    return (
+        user_id = None
+    reviewer = (
         get_user_model()
         .objects.filter(
             pk=user_id,
@@ -201,9 +205,23 @@ def _reviewer_named(request: HttpRequest, queue: Queue, field: str):
         )
         .first()
     )
+    if reviewer is None:
+        raise _NotAReviewer(f"{field} must name a reviewer of this project")
+    return reviewer
 
 
-def _back_to_item(slug: str, queue: Queue, item: QueueItem) -> HttpResponse:
+def _change_item(
+    request: HttpRequest, slug: str, queue_id: int, item_id: int, change
+) -> HttpResponse:
+    """An admin's change to one item, `change(queue, item)`: back to the item on the queue
+    page; 400 when a field names no reviewer, 409 when the queue refuses the change."""
+    _, queue, item = _get_item_for_admin(request.user, slug, queue_id, item_id)
+    try:
+        change(queue, item)
+    except _NotAReviewer as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain")
+    except QueueError as error:
+        return HttpResponse(str(error), status=409, content_type="text/plain")
     return redirect(reverse("queue_detail", args=[slug, queue.pk]) + f"#item-{item.pk}")
 
 
@@ -211,41 +229,26 @@ def _back_to_item(slug: str, queue: Queue, item: QueueItem) -> HttpResponse:
 @login_required
 def queue_item_release(request: HttpRequest, slug: str, queue_id: int, item_id: int):
     """An admin takes an item back from the reviewer holding it."""
-    _, queue, item = _get_item_for_admin(request.user, slug, queue_id, item_id)
-    reviewer = _reviewer_named(request, queue, "reviewer")
-    if reviewer is None:
-        return HttpResponseBadRequest(
-            "reviewer must name a reviewer of this project", content_type="text/plain"
-        )
-    try:
-        release_item(item=item, reviewer=reviewer)
-    except QueueError as error:
-        return HttpResponse(str(error), status=409, content_type="text/plain")
-    return _back_to_item(slug, queue, item)
+
+    def release(queue: Queue, item: QueueItem) -> None:
+        release_item(item=item, reviewer=_reviewer_named(request, queue, "reviewer"))
+
+    return _change_item(request, slug, queue_id, item_id, release)
 
 
 @require_POST
 @login_required
 def queue_item_reassign(request: HttpRequest, slug: str, queue_id: int, item_id: int):
     """An admin gives an item to a reviewer (from the one holding it, when `from` names one)."""
-    _, queue, item = _get_item_for_admin(request.user, slug, queue_id, item_id)
-    to = _reviewer_named(request, queue, "member")
-    if to is None:
-        return HttpResponseBadRequest(
-            "member must name a reviewer of this project", content_type="text/plain"
+
+    def reassign(queue: Queue, item: QueueItem) -> None:
+        to = _reviewer_named(request, queue, "member")
+        from_reviewer = (
+            _reviewer_named(request, queue, "from") if request.POST.get("from") else None
         )
-    from_reviewer = None
-    if request.POST.get("from"):
-        from_reviewer = _reviewer_named(request, queue, "from")
-        if from_reviewer is None:
-            return HttpResponseBadRequest(
-                "from must name a reviewer of this project", content_type="text/plain"
-            )
-    try:
         reassign_item(item=item, to=to, from_reviewer=from_reviewer)
-    except QueueError as error:
-        return HttpResponse(str(error), status=409, content_type="text/plain")
-    return _back_to_item(slug, queue, item)
+
+    return _change_item(request, slug, queue_id, item_id, reassign)
 
 
 @require_POST
