@@ -25,14 +25,13 @@ had when first learned; facts kept; the contradicting pair reported as a conflic
 """
 
 import argparse
-import os
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
-from product import PROXY_HEADERS, run_to_the_end, running_product, wait_for
+from product import PROXY_HEADERS, add_product_arguments, run_to_the_end, running_product, wait_for
 
 BENCH_DATABASE = "apprentice_bench_lessons"
 ALIAS = "team-agent"
@@ -235,10 +234,7 @@ def main() -> None:
     parser.add_argument("--per-lesson", type=int, default=12, help="reviewed traces per lesson")
     parser.add_argument("--corrections", type=int, default=3, help="corrected of those")
     parser.add_argument("--skip-contradiction", action="store_true")
-    parser.add_argument("--vllm-url", default="http://127.0.0.1:8100/v1")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
-    parser.add_argument("--admin-url", default=os.environ.get("BENCH_ADMIN_DATABASE_URL",
-                        "postgresql://postgres@127.0.0.1:5432/test"))  # fmt: skip
+    add_product_arguments(parser)
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
     args = parser.parse_args()
     needed = args.per_lesson * (args.lessons + len(CONTRADICTING))

@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from product import MODEL, PROXY_HEADERS, run_to_the_end, running_product, wait_for
+from product import (
+    MODEL,
+    PROXY_HEADERS,
+    add_product_arguments,
+    run_to_the_end,
+    running_product,
+    wait_for,
+)
 
 BENCH_DATABASE = "apprentice_bench_loop"
 ALIAS = "support-agent"  # what the harness asks for; the gateway routes it
@@ -95,10 +102,7 @@ class Traffic(threading.Thread):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--feedback", type=int, default=16, help="feedback items (max 20)")
-    parser.add_argument("--vllm-url", default="http://127.0.0.1:8100/v1")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
-    parser.add_argument("--admin-url", default=os.environ.get("BENCH_ADMIN_DATABASE_URL",
-                        "postgresql://postgres@127.0.0.1:5432/test"))  # fmt: skip
+    add_product_arguments(parser)
     parser.add_argument("--max-seconds", type=float, default=1800.0)
     parser.add_argument("--load-repeats", type=int, default=3)
     args = parser.parse_args()

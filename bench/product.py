@@ -2,6 +2,8 @@
 (production settings) and one Celery worker on both queues, a project whose alias the gateway
 routes to vLLM, and an API key with every scope. Everything listens on 127.0.0.1."""
 
+import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,19 @@ from scratch_db import scratch_database
 MODEL = "SmolLM2-135M-Instruct"  # the upstream's served name
 PROXY_HEADERS = {"X-Forwarded-Proto": "https"}  # DEBUG off redirects plain HTTP otherwise
 WEB_START_TIMEOUT_S = 60.0
+
+
+def add_product_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options running_product needs: where vLLM, Redis and PostgreSQL are."""
+    parser.add_argument("--vllm-url", default="http://127.0.0.1:8100/v1")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
+    parser.add_argument(
+        "--admin-url",
+        default=os.environ.get(
+            "BENCH_ADMIN_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
+        ),
+        help="a database on a server where the user may CREATE DATABASE (the scratch one)",
+    )
 
 
 @dataclass
