@@ -266,6 +266,10 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         f"progress {sorted(percents)}; gate: {run.metrics.get('gate')}; "
         f"train: {run.metrics.get('train')}"
     )
+    for item in (run.metrics.get("regression") or {}).get("items") or []:
+        if item.get("status") == "regressed":  # what a failed gate broke, for reading a CI log
+            print(f"regressed: {item.get('prompt')!r}: {item.get('before', {}).get('reply')!r}"
+                  f" -> {item.get('after', {}).get('reply')!r}")  # fmt: skip
     assert states[-1] == "deployed", run.error
     assert "training" in states and "evaluating" in states  # the page updated as it went
     assert percents - {0, 100}, "the progress bar never showed a step in between"
