@@ -8,6 +8,7 @@ from reviewapp.learning.views import adapters, training
 from reviewapp.monitors.views import monitors, triage
 from reviewapp.projects.views import keys as api_keys
 from reviewapp.projects.views import members
+from reviewapp.projects.views import settings as project_settings
 from reviewapp.review.views import queues
 from reviewapp.review.views import tags as projects
 from reviewapp.traces import views as traces
@@ -46,6 +47,7 @@ urlpatterns = [
     path(f"{tag}delete/", projects.tag_delete, name="tag_delete"),
     path(f"{project}keys/", api_keys.api_keys, name="api_keys"),
     path(f"{project}keys/<int:key_id>/revoke/", api_keys.api_key_revoke, name="api_key_revoke"),
+    path(f"{project}settings/", project_settings.project_settings, name="project_settings"),
     path(f"{project}members/", members.members, name="members"),
     path(f"{member}role/", members.member_role, name="member_role"),
     path(f"{member}remove/", members.member_remove, name="member_remove"),

@@ -34,14 +34,20 @@ from training.config import (
     ConfigError,
     TrainingConfig,
     TrainingMode,
-    describe_validation_error,
     validation_problems,
 )
 from training.gate import GateThresholds
 
 
 class SettingsError(ValueError):
-    """A setting that is not valid; the message names the field."""
+    """Settings that are not valid; the message names each bad field, and `problems` holds
+    them as (`section.field`, what is wrong), for a form that shows each beside its field."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__(
+            "; ".join(f"{field}: {message}" if field else message for field, message in problems)
+        )
 
 
 class _Section(BaseModel):
@@ -106,6 +112,11 @@ class _Overrides(_Section):
 
     def overrides(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+def is_overrides(section: type[BaseModel]) -> bool:
+    """Whether a section stores only what was set (blank in a form: the library's default)."""
+    return issubclass(section, _Overrides)
 
 
 def _overrides_of(library_type: type, *, leave_out: tuple[str, ...] = ()) -> type[_Overrides]:
@@ -195,11 +206,11 @@ class ProjectSettings(_Section):
 
 
 def parse_settings(values: dict) -> ProjectSettings:
-    """Validate stored or submitted settings; SettingsError names the first bad field."""
+    """Validate stored or submitted settings; SettingsError names each bad field."""
     try:
         return ProjectSettings.model_validate(values or {})
     except ValidationError as error:
-        raise SettingsError(describe_validation_error(error)) from None
+        raise SettingsError(validation_problems(error)) from None
 
 
 def settings_for(project: Project) -> ProjectSettings:
@@ -220,11 +231,14 @@ def _check_reach(project: Project, changed: ProjectSettings, sections: set[str])
         checks.append(("teacher.url", partial(check_teacher_url, project, changed.teacher.url)))
     if "teacher" in sections and changed.teacher.key_name:
         checks.append(("teacher.key_name", partial(check_teacher_key, changed.teacher.key_name)))
+    problems = []
     for field, check in checks:
         try:
             check()
         except OutboundRefused as error:
-            raise SettingsError(f"{field}: {error}") from None
+            problems.append((field, str(error)))
+    if problems:
+        raise SettingsError(problems)
 
 
 @transaction.atomic
