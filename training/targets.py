@@ -63,6 +63,17 @@ class Proposal:
 
 
 @dataclass(frozen=True)
+class SampleRequest:
+    """One round of sampling: `n` replies to `messages`, each at most `max_tokens` long."""
+
+    messages: list[Message]
+    n: int
+    max_tokens: int
+    temperature: float
+    tools: list[dict] | None = None
+
+
+@dataclass(frozen=True)
 class TeacherSample:
     message: Message
     # Stopped by max_tokens rather than by ending its turn: an unfinished answer.
@@ -70,14 +81,7 @@ class TeacherSample:
 
 
 class Teacher(Protocol):
-    def sample(
-        self,
-        messages: list[Message],
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        tools: list[dict] | None = None,
-    ) -> list[TeacherSample]: ...
+    def sample(self, request: SampleRequest) -> list[TeacherSample]: ...
 
 
 def student_context(messages: list[Message], turn: int) -> list[Message]:
@@ -201,7 +205,8 @@ def propose_targets(
     while sampled < budget and sum(p.passes_checks for p in proposals) < want:
         count = min(n, budget - sampled)
         sampled += count
-        for sample in teacher.sample(teacher_context, count, max_tokens, temperature, tools=tools):
+        request = SampleRequest(teacher_context, count, max_tokens, temperature, tools)
+        for sample in teacher.sample(request):
             key = _dedup_key(sample.message)
             if key in seen or key == ("", ()):
                 continue
@@ -239,23 +244,16 @@ class VllmTeacher:
         self.client = client
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def sample(
-        self,
-        messages: list[Message],
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        tools: list[dict] | None = None,
-    ) -> list[TeacherSample]:
+    def sample(self, request: SampleRequest) -> list[TeacherSample]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
-            "n": n,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
+            "messages": request.messages,
+            "n": request.n,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
         }
-        if tools:
-            body["tools"] = tools
+        if request.tools:
+            body["tools"] = request.tools
         response = self.client.post(
             f"{self.base_url}/chat/completions", json=body, headers=self.headers
         )
@@ -279,15 +277,8 @@ class TransformersTeacher:
         self.tokenizer = tokenizer
         self.seed = seed
 
-    def sample(
-        self,
-        messages: list[Message],
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        tools: list[dict] | None = None,
-    ) -> list[TeacherSample]:
-        prompt_ids = render_prompt(self.tokenizer, messages, tools)
+    def sample(self, request: SampleRequest) -> list[TeacherSample]:
+        prompt_ids = render_prompt(self.tokenizer, request.messages, request.tools)
         # Each call draws from its own seed so proposals repeat run to run without touching
         # the caller's random state.
         with torch.random.fork_rng():
@@ -295,10 +286,10 @@ class TransformersTeacher:
             self.seed += 1
             replies = generate_replies(
                 self.model,
-                [prompt_ids] * n,
+                [prompt_ids] * request.n,
                 eos_token_id=self.tokenizer.eos_token_id,
-                max_new_tokens=max_tokens,
-                temperature=temperature,
+                max_new_tokens=request.max_tokens,
+                temperature=request.temperature,
             )
         return [
             TeacherSample(

@@ -7,6 +7,7 @@ import pytest
 from training.targets import (
     HINT_TEMPLATE,
     Proposal,
+    SampleRequest,
     TeacherSample,
     TransformersTeacher,
     VllmTeacher,
@@ -52,11 +53,11 @@ class ScriptedTeacher:
         self.samples = samples
         self.seen: list[list[dict]] = []
 
-    def sample(self, messages, n, max_tokens, temperature, tools=None):
+    def sample(self, request: SampleRequest) -> list[TeacherSample]:
         # Each request takes the next n samples, as a sampling teacher gives new ones each time.
-        start = len(self.seen) * n
-        self.seen.append(messages)
-        return self.samples[start : start + n]
+        start = len(self.seen) * request.n
+        self.seen.append(request.messages)
+        return self.samples[start : start + request.n]
 
 
 def _reply(text: str, truncated: bool = False) -> TeacherSample:
@@ -269,7 +270,7 @@ def test_vllm_teacher_asks_for_n_choices_in_one_request():
     client = httpx.Client(transport=httpx.MockTransport(handler))
     teacher = VllmTeacher("http://vllm.test/v1/", "smol", client)
 
-    samples = teacher.sample(TRACE[:2], n=2, max_tokens=32, temperature=0.7)
+    samples = teacher.sample(SampleRequest(TRACE[:2], n=2, max_tokens=32, temperature=0.7))
 
     assert requests == [
         {
@@ -290,8 +291,9 @@ def test_transformers_teacher_repeats_its_samples_for_the_same_seed(
     tokenizer = make_tiny_tokenizer()
     model = make_tiny_llama()
 
-    first = TransformersTeacher(model, tokenizer, seed=3).sample(TRACE[:2], 3, 8, 1.0)
-    second = TransformersTeacher(model, tokenizer, seed=3).sample(TRACE[:2], 3, 8, 1.0)
+    request = SampleRequest(TRACE[:2], n=3, max_tokens=8, temperature=1.0)
+    first = TransformersTeacher(model, tokenizer, seed=3).sample(request)
+    second = TransformersTeacher(model, tokenizer, seed=3).sample(request)
 
     assert first == second
     assert len(first) == 3
