@@ -3,11 +3,14 @@
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import jsonschema
 import orjson
+from django.core import serializers
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from pydantic import ValidationError
 
 from messages.text import message_text
@@ -16,7 +19,7 @@ from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.monitors.similarity import similarity_between
 from reviewapp.projects.models import ApiKey, KeyScope
 from reviewapp.projects.project_settings import settings_for
-from reviewapp.review.models import CopiedFeedback, Feedback, FeedbackStatus
+from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback, FeedbackStatus
 from reviewapp.traces.chat import Message, describe_validation_error
 from reviewapp.traces.models import Trace
 from training.checks import check_problem
@@ -29,6 +32,8 @@ MAX_CORRECTION_BYTES = 32_000
 # token (code, JSON, non-English text; English runs near 4) rarely calls a context that overflows
 # a fit. A teacher call that still overflows is marked failed by the target task.
 CHARACTERS_PER_TOKEN = 3
+# How long a feedback deleted on the trace page can be put back with "Undo".
+UNDO_SECONDS = 10 * 60
 
 
 class FeedbackError(ValueError):
@@ -377,6 +382,65 @@ def delete_feedback(*, feedback: Feedback) -> bool:
     feedback.targets.all().delete()
     feedback.delete()
     return True
+
+
+@transaction.atomic
+def delete_feedback_with_undo(*, feedback: Feedback, deleted_by) -> DeletedFeedback | None:
+    """delete_feedback, keeping what it deletes for UNDO_SECONDS; None when the feedback was
+    dismissed instead (nothing was deleted, so there is nothing to undo)."""
+    Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
+    rows = [feedback, *feedback.targets.all()]
+    rows += CopiedFeedback.objects.filter(feedback=feedback)
+    snapshot = {
+        "feedback": feedback.pk,
+        "rows": _as_json(serializers.serialize("python", rows)),
+        "copies": list(feedback.copies.values_list("pk", flat=True)),
+    }
+    trace = feedback.trace
+    if not delete_feedback(feedback=feedback):
+        return None
+    DeletedFeedback.objects.filter(
+        deleted_at__lt=timezone.now() - timedelta(seconds=UNDO_SECONDS)
+    ).delete()
+    return DeletedFeedback.objects.create(trace=trace, deleted_by=deleted_by, snapshot=snapshot)
+
+
+def _as_json(rows: list[dict]) -> list[dict]:
+    """Serialized rows with their times as full ISO strings (Django's JSON serializer keeps
+    milliseconds only, so an undo would not give back the same times)."""
+    for row in rows:
+        for name, value in row["fields"].items():
+            if isinstance(value, datetime):
+                row["fields"][name] = value.isoformat()
+    return rows
+
+
+@transaction.atomic
+def undo_feedback_delete(*, deleted: DeletedFeedback) -> Feedback:
+    """Put a deleted feedback back as it was: its id, fields, targets and copy links.
+
+    Raises FeedbackError when the undo came too late or the same feedback was written again
+    since (the trace holds one of each)."""
+    if deleted.deleted_at < timezone.now() - timedelta(seconds=UNDO_SECONDS):
+        raise FeedbackError(
+            f"too late to undo: a delete can be undone for {UNDO_SECONDS // 60} min"
+        )
+    snapshot = deleted.snapshot
+    try:
+        with transaction.atomic():
+            for row in serializers.deserialize("python", snapshot["rows"]):
+                row.save()
+    except IntegrityError as error:
+        raise FeedbackError("the same feedback was written again since the delete") from error
+    CopiedFeedback.objects.filter(pk__in=snapshot["copies"], source__isnull=True).update(
+        source_id=snapshot["feedback"]
+    )
+    deleted.delete()
+    feedback = Feedback.objects.get(pk=snapshot["feedback"])
+    if feedback.status == FeedbackStatus.OPEN and not feedback.targets.exists():
+        _ask_for_targets(feedback)  # a target task that ran while it was gone found nothing
+    jobs.enqueue_on_commit(jobs.EMBED_TRACES, [feedback.trace_id])
+    return feedback
 
 
 @dataclass(frozen=True)

@@ -197,3 +197,20 @@ class CopiedFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"feedback {self.feedback_id} copied from {self.source_id}"
+
+
+class DeletedFeedback(models.Model):
+    """A feedback its author deleted from the trace page, kept as its rows for a while so "Undo"
+    puts it back exactly: the same id, its targets, and what it was copied from or to."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="+")
+    deleted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    # {"feedback": id, "rows": Django's JSON serialization of the feedback, its targets and its
+    # CopiedFeedback, "copies": ids of the CopiedFeedback rows whose source the delete cleared}.
+    snapshot = models.JSONField()
+    deleted_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"deleted feedback {self.snapshot.get('feedback')}"

@@ -1,5 +1,7 @@
 """Reviewers' writes from the dashboard: tags and the taxonomy."""
 
+from datetime import datetime
+
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
@@ -20,6 +22,15 @@ def toggle_tag(*, trace: Trace, tag: Tag, reviewer) -> bool:
         return False
     TraceTag.objects.get_or_create(trace=trace, tag=tag, reviewer=reviewer)
     return True
+
+
+def restore_tag(*, trace: Trace, tag: Tag, reviewer, created_at: datetime) -> bool:
+    """Undo taking the reviewer's tag off: it is back with the time it was first put on. False
+    when it is on again already."""
+    _, created = TraceTag.objects.get_or_create(
+        trace=trace, tag=tag, reviewer=reviewer, defaults={"created_at": created_at}
+    )
+    return created
 
 
 def add_tag(*, trace: Trace, tag: Tag, reviewer=None) -> bool:

@@ -1,8 +1,10 @@
 """The trace list and the trace page, with the reviewer's actions on it."""
 
 import json
+from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
+from django.core import signing
 from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -21,16 +23,18 @@ from reviewapp.projects.access import (
 )
 from reviewapp.projects.models import Membership
 from reviewapp.review.feedback import (
+    UNDO_SECONDS,
     FeedbackError,
     correct_feedback,
-    delete_feedback,
+    delete_feedback_with_undo,
     record_feedback,
     retry_feedback,
+    undo_feedback_delete,
 )
 from reviewapp.review.forms import FeedbackForm
-from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback, Tag, TraceTag
 from reviewapp.review.queues import blinds_reviewer
-from reviewapp.review.tags import toggle_tag
+from reviewapp.review.tags import restore_tag, toggle_tag
 from reviewapp.review.views.queues import queue_context
 from reviewapp.traces.access import get_trace_for_membership
 from reviewapp.traces.filters import (
@@ -60,6 +64,8 @@ CALL_FIELDS = (
     "completion_tokens",
 )
 MAX_CALLS_SHOWN = 500
+# Signs the "Undo" of a tag taken off a trace: which tag, whose, and since when it was on.
+TAG_UNDO_SALT = "trace-tag-undo"
 
 
 @login_required
@@ -132,15 +138,22 @@ def _feedback_panel_context(request: HttpRequest, membership, trace) -> dict:
 
 
 def _feedback_panel_after(
-    request: HttpRequest, membership, trace, *, anchor: str = "feedback-panel", changed: bool = True
+    request: HttpRequest,
+    membership,
+    trace,
+    *,
+    anchor: str = "feedback-panel",
+    changed: bool = True,
+    notes: dict | None = None,
 ) -> HttpResponse:
     """After an action on the trace's feedback: htmx re-renders the panel (and, when the
     feedback changed, tells "more like this" to reload); a plain form post goes back to the
-    trace page at `anchor`."""
+    trace page at `anchor`. `notes` are what the panel says about the action: the feedback
+    just saved, a delete to undo, why an undo failed."""
     if not request.htmx:
         page = reverse("trace_detail", args=[membership.project.slug, trace.pk])
         return redirect(f"{page}#{anchor}")
-    context = _feedback_panel_context(request, membership, trace)
+    context = {**_feedback_panel_context(request, membership, trace), **(notes or {})}
     response = render(request, "traces/detail.html#feedback-panel", context)
     return trigger_client_event(response, REVIEW_CHANGED) if changed else response
 
@@ -154,8 +167,10 @@ def _review_context(request: HttpRequest, membership, trace) -> dict:
     )
     feedback_list = list(trace.feedback.select_related("reviewer", "api_key").order_by("id"))
     learned_by = adapters_by_feedback([feedback.pk for feedback in feedback_list])
+    copied_from = _copied_from([feedback.pk for feedback in feedback_list])
     for feedback in feedback_list:
         feedback.learned_by = learned_by.get(feedback.pk, [])
+        feedback.copy_source = copied_from.get(feedback.pk)
     return {
         "membership": membership,
         "project": membership.project,
@@ -166,6 +181,23 @@ def _review_context(request: HttpRequest, membership, trace) -> dict:
         "feedback_list": feedback_list,
         # Blind queues: nobody else's work shows until this reviewer has finished the item.
         "hide_others": blinds_reviewer(trace=trace, reviewer=request.user),
+    }
+
+
+def _copied_from(feedback_ids: list[int]) -> dict[int, dict]:
+    """For each feedback "apply to similar" copied here: the trace it came from and how alike
+    the two were (source_trace None once the original was deleted)."""
+    rows = CopiedFeedback.objects.filter(feedback_id__in=feedback_ids).values(
+        "feedback_id", "similarity", "source_id", "source__trace_id", "source__trace__external_id"
+    )
+    return {
+        row["feedback_id"]: {
+            "feedback_id": row["source_id"],
+            "trace_id": row["source__trace_id"],
+            "external_id": row["source__trace__external_id"],
+            "similarity": row["similarity"],
+        }
+        for row in rows
     }
 
 
@@ -228,7 +260,44 @@ def trace_toggle_tag(request: HttpRequest, slug: str, trace_id: int, tag_id: int
     tag = Tag.objects.filter(project=membership.project, pk=tag_id).first()
     if tag is None:
         return HttpResponse("no such tag", status=404)
+    was_on = TraceTag.objects.filter(trace=trace, tag=tag, reviewer=request.user).first()
     toggle_tag(trace=trace, tag=tag, reviewer=request.user)
+    if not request.htmx:
+        return redirect("trace_detail", slug=slug, trace_id=trace.pk)
+    context = _review_context(request, membership, trace)
+    if was_on is not None:  # taken off: the panel offers to put it back as it was
+        context["untagged"] = tag
+        context["tag_undo_token"] = signing.dumps(
+            {
+                "tag": tag.pk,
+                "reviewer": request.user.pk,
+                "created_at": was_on.created_at.isoformat(),
+            },
+            salt=f"{TAG_UNDO_SALT}:{trace.pk}",
+        )
+    return render(request, "traces/detail.html#review-tags", context)
+
+
+@require_POST
+@login_required
+def trace_undo_untag(request: HttpRequest, slug: str, trace_id: int) -> HttpResponse:
+    """Put back the tag the reviewer just took off, with the time it was first put on."""
+    membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
+    try:
+        undo = signing.loads(
+            request.POST.get("token", ""), salt=f"{TAG_UNDO_SALT}:{trace.pk}", max_age=UNDO_SECONDS
+        )
+    except signing.BadSignature:  # expired, forged, or for another trace
+        return HttpResponse("nothing to undo", status=400)
+    tag = Tag.objects.filter(project=membership.project, pk=undo["tag"]).first()
+    if tag is None or undo["reviewer"] != request.user.pk:
+        return HttpResponse("nothing to undo", status=400)
+    restore_tag(
+        trace=trace,
+        tag=tag,
+        reviewer=request.user,
+        created_at=datetime.fromisoformat(undo["created_at"]),
+    )
     if request.htmx:
         return render(
             request, "traces/detail.html#review-tags", _review_context(request, membership, trace)
@@ -244,7 +313,7 @@ def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpRe
     form = FeedbackForm(request.POST, turns=conversation(body["messages"]))
     if form.is_valid():
         try:
-            record_feedback(
+            saved, _ = record_feedback(
                 trace=trace,
                 reviewer=request.user,
                 author=request.user.get_username(),
@@ -255,7 +324,9 @@ def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpRe
     if form.errors:
         context = {**_review_context(request, membership, trace), "feedback_form": form}
         return render(request, "traces/detail.html#feedback-panel", context, status=422)
-    return _feedback_panel_after(request, membership, trace)
+    return _feedback_panel_after(
+        request, membership, trace, anchor=f"feedback-{saved.pk}", notes={"saved": saved}
+    )
 
 
 @require_POST
@@ -265,9 +336,31 @@ def feedback_delete(
 ) -> HttpResponse:
     membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
     feedback = Feedback.objects.filter(trace=trace, pk=feedback_id, reviewer=request.user).first()
+    deleted = None
     if feedback is not None:  # someone else's feedback is not theirs to delete: nothing happens
-        delete_feedback(feedback=feedback)
-    return _feedback_panel_after(request, membership, trace)
+        deleted = delete_feedback_with_undo(feedback=feedback, deleted_by=request.user)
+    return _feedback_panel_after(request, membership, trace, notes={"deleted": deleted})
+
+
+@require_POST
+@login_required
+def feedback_undo_delete(
+    request: HttpRequest, slug: str, trace_id: int, deleted_id: int
+) -> HttpResponse:
+    """Put back a feedback the reviewer deleted a moment ago, exactly as it was."""
+    membership, trace = _get_trace_for_reviewer(request.user, slug, trace_id)
+    # Another reviewer's delete, or one already undone, is not there to undo.
+    deleted = first_or_404(
+        DeletedFeedback.objects.filter(trace=trace, pk=deleted_id, deleted_by=request.user),
+        "nothing to undo",
+    )
+    try:
+        feedback = undo_feedback_delete(deleted=deleted)
+    except FeedbackError as error:
+        return _feedback_panel_after(request, membership, trace, notes={"undo_error": str(error)})
+    return _feedback_panel_after(
+        request, membership, trace, anchor=f"feedback-{feedback.pk}", notes={"saved": feedback}
+    )
 
 
 @require_POST

@@ -18,7 +18,11 @@ from reviewapp.learning.models import (
 from reviewapp.monitors.models import TriageRule
 from reviewapp.projects.models import Membership
 from reviewapp.projects.services import create_api_key
-from reviewapp.review.feedback import mark_feedback_failed, record_feedback
+from reviewapp.review.feedback import (
+    delete_feedback_with_undo,
+    mark_feedback_failed,
+    record_feedback,
+)
 from reviewapp.review.models import Tag
 from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
@@ -53,8 +57,10 @@ PAGES = {
 # pages whose form posts back to them.
 ACTIONS = {
     "trace_toggle_tag": "reviewer",
+    "trace_undo_untag": "reviewer",
     "trace_add_feedback": "reviewer",
     "feedback_delete": "reviewer",
+    "feedback_undo_delete": "reviewer",
     "feedback_retry": "admin",
     "feedback_correct": "reviewer",
     "trace_apply_feedback": "reviewer",
@@ -142,11 +148,14 @@ def url_arguments(project, alice, bob, victor) -> dict:
         base_model="SmolLM2-135M-Instruct", checksum="0" * 64, run=run, eval_results={},
     )  # fmt: skip
     key = create_api_key(project=project)[0]
+    gone, _ = record_feedback(trace=trace, text="Shorter.", turn=4, reviewer=bob)
+    deleted = delete_feedback_with_undo(feedback=gone, deleted_by=bob)
     return {
         "slug": project.slug,
         "trace_id": trace.pk,
         "tag_id": tag.pk,
         "feedback_id": failed.pk,
+        "deleted_id": deleted.pk,
         "key_id": key.pk,
         "member_id": Membership.objects.get(user=victor).pk,
         "queue_id": queue.pk,
