@@ -6,8 +6,8 @@ from reviewapp.api.app import api
 from reviewapp.gateway import views as gateway
 from reviewapp.learning.views import adapters, training
 from reviewapp.monitors.views import monitors, triage
+from reviewapp.projects.views import invitations, members
 from reviewapp.projects.views import keys as api_keys
-from reviewapp.projects.views import members
 from reviewapp.projects.views import settings as project_settings
 from reviewapp.review.views import queues
 from reviewapp.review.views import tags as projects
@@ -55,6 +55,13 @@ urlpatterns = [
     path(f"{project}keys/<int:key_id>/revoke/", api_keys.api_key_revoke, name="api_key_revoke"),
     path(f"{project}settings/", project_settings.project_settings, name="project_settings"),
     path(f"{project}members/", members.members, name="members"),
+    path(f"{project}members/invite/", invitations.invitation_create, name="invitation_create"),
+    path(
+        f"{project}invitations/<int:invitation_id>/revoke/",
+        invitations.invitation_revoke,
+        name="invitation_revoke",
+    ),
+    path("invite/<str:token>/", invitations.invitation_accept, name="invitation_accept"),
     path(f"{member}role/", members.member_role, name="member_role"),
     path(f"{member}remove/", members.member_remove, name="member_remove"),
     path(f"{project}queues/", queues.queue_list, name="queue_list"),

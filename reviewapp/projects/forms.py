@@ -1,4 +1,4 @@
-"""The projects wing's HTML forms: members and their roles, the project's settings."""
+"""The projects wing's HTML forms: members, their roles and invitations, the project's settings."""
 
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -20,6 +20,13 @@ class AddMemberForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
+
+
+class InviteForm(forms.Form):
+    """Who the invitation is for (shown in the list; the link itself joins whoever opens it)."""
+
+    invitee = forms.CharField(max_length=254, label="E-mail or username")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
 
 
 def _kinds(annotation: Any) -> set:

@@ -1,7 +1,8 @@
-"""A project (a tenant), its API keys and its members' roles."""
+"""A project (a tenant), its API keys, its members' roles and invitations to join it."""
 
 import hashlib
 import secrets
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -104,3 +105,47 @@ class Membership(models.Model):
     @property
     def is_admin(self) -> bool:
         return self.role == Role.ADMIN
+
+
+class Invitation(models.Model):
+    """A one-time link that joins whoever opens it to a project in a role; only a hash of its
+    token is stored, and it is open until it is accepted, revoked or past `expires_at`."""
+
+    LIFETIME = timedelta(days=7)
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invitations")
+    invitee = models.CharField(max_length=254)  # the e-mail or username it was made for
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.REVIEWER)
+    token_hash = models.CharField(max_length=64, unique=True)  # serves: opening the link
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.invitee} to {self.project} as {self.role}"
+
+    @staticmethod
+    def new_token() -> str:
+        return secrets.token_urlsafe(32)
+
+    @staticmethod
+    def hash_token(token: str) -> str:
+        # 256 bits of entropy, as an API key's secret: a fast hash is enough.
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    def closed_because(self, now: datetime) -> str:
+        """Why the link no longer works, or "" while it is open."""
+        if self.accepted_at is not None:
+            return "it has already been used"
+        if self.revoked_at is not None:
+            return "an admin of the project revoked it"
+        if self.expires_at <= now:
+            return "it has expired"
+        return ""

@@ -13,8 +13,9 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from reviewapp.api.app import api
 from reviewapp.learning.models import Adapter, DistillationTarget, TargetState, TrainingRun
 from reviewapp.monitors.models import TriageRule
+from reviewapp.projects.invitations import create_invitation
 from reviewapp.projects.models import ApiKey, Membership
-from reviewapp.review.feedback import record_feedback
+from reviewapp.review.feedback import delete_feedback_with_undo, record_feedback
 from reviewapp.review.models import Queue, QueueItem, Tag
 from reviewapp.traces.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
@@ -25,6 +26,7 @@ UNSCOPED_ROUTES = {
     "home": "lists the projects the user is a member of",
     "login": "public",
     "logout": "public",
+    "invitation_accept": "the one-time token is the credential and names its own project",
     "gateway_chat": "scoped by the key alone; it addresses no stored object",
     "gateway_models": "scoped by the key alone (checked below)",
     "openapi-json": "public document",
@@ -89,6 +91,11 @@ def acme_objects(project, alice, bob, other_project):
         checksum="0", run=run,
     )  # fmt: skip
     rule = TriageRule.objects.create(project=project, name=f"{SECRET_MARKER} rule", queue=queue)
+    gone, _ = record_feedback(trace=trace, text=f"{SECRET_MARKER} deleted", turn=4, reviewer=bob)
+    deleted = delete_feedback_with_undo(feedback=gone, deleted_by=alice)  # hers to undo
+    invitation = create_invitation(
+        project=project, invitee=f"{SECRET_MARKER}@example.com", role="admin", invited_by=alice
+    )[0]
     return {
         "slug": project.slug,
         "trace_id": trace.pk,
@@ -101,6 +108,8 @@ def acme_objects(project, alice, bob, other_project):
         "run_id": run.pk,
         "version": adapter.version,
         "rule_id": rule.pk,
+        "invitation_id": invitation.pk,
+        "deleted_id": deleted.pk,
         "external_id": trace.external_id,
         "member_id": Membership.objects.get(project=project, user=bob).pk,
     }

@@ -16,6 +16,7 @@ from reviewapp.learning.models import (
     TrainingRun,
 )
 from reviewapp.monitors.models import TriageRule
+from reviewapp.projects.invitations import create_invitation
 from reviewapp.projects.models import Membership
 from reviewapp.projects.services import create_api_key
 from reviewapp.review.feedback import (
@@ -41,6 +42,7 @@ PAGES = {
     "tag_list": "viewer",
     "api_keys": "admin",
     "members": "admin",
+    "project_settings": "admin",
     "queue_list": "viewer",
     "queue_create": "admin",
     "queue_detail": "viewer",
@@ -71,6 +73,8 @@ ACTIONS = {
     "api_key_revoke": "admin",
     "member_role": "admin",
     "member_remove": "admin",
+    "invitation_create": "admin",
+    "invitation_revoke": "admin",
     "queue_next": "reviewer",
     "queue_item_done": "reviewer",
     "queue_item_release": "admin",
@@ -88,14 +92,15 @@ ACTIONS = {
     "triage_rule_edit": "admin",
     "tag_list": "admin",
     "api_keys": "admin",
+    "project_settings": "admin",
     "queue_create": "admin",
     "retrain": "admin",
     "dataset": "admin",
 }
 POST_ONLY = set(ACTIONS) - set(PAGES)
-# Not dashboard pages, each tested where it lives: sign-in, the admin site, the JSON API and
-# the recording gateway.
-ELSEWHERE = {"home", "login", "logout", "gateway_chat", "gateway_models"}
+# Not dashboard pages, each tested where it lives: sign-in, joining by an invitation
+# (tests/projects/test_views_invitations.py), the admin site, the JSON API and the gateway.
+ELSEWHERE = {"home", "login", "logout", "invitation_accept", "gateway_chat", "gateway_models"}
 
 
 def _named_patterns() -> list[URLPattern]:
@@ -148,6 +153,9 @@ def url_arguments(project, alice, bob, victor) -> dict:
         base_model="SmolLM2-135M-Instruct", checksum="0" * 64, run=run, eval_results={},
     )  # fmt: skip
     key = create_api_key(project=project)[0]
+    invitation = create_invitation(
+        project=project, invitee="dana", role="viewer", invited_by=alice
+    )[0]
     gone, _ = record_feedback(trace=trace, text="Shorter.", turn=4, reviewer=bob)
     deleted = delete_feedback_with_undo(feedback=gone, deleted_by=bob)
     return {
@@ -157,6 +165,7 @@ def url_arguments(project, alice, bob, victor) -> dict:
         "feedback_id": failed.pk,
         "deleted_id": deleted.pk,
         "key_id": key.pk,
+        "invitation_id": invitation.pk,
         "member_id": Membership.objects.get(user=victor).pk,
         "queue_id": queue.pk,
         "item_id": queue.items.order_by("id").first().pk,
