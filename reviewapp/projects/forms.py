@@ -45,7 +45,12 @@ def _form_field(info: FieldInfo, *, overrides: bool) -> forms.Field:
     """A form field for one setting; in an overrides section blank means the library's default."""
     kinds = _kinds(info.annotation)
     default = info.get_default(call_default_factory=True)
-    shown_default = ", ".join(default) if isinstance(default, tuple | list) else default
+    if default is None:
+        shown_default = "automatic"  # the library picks it (per mode, or per device)
+    elif isinstance(default, tuple | list):
+        shown_default = ", ".join(default)
+    else:
+        shown_default = default
     help_text = f"default: {shown_default}" if overrides else ""
     literals = [value for kind in kinds if isinstance(kind, tuple) for value in [kind[1]]]
     if tuple in kinds or list in kinds:
@@ -56,11 +61,11 @@ def _form_field(info: FieldInfo, *, overrides: bool) -> forms.Field:
         )
     if literals and not kinds - {("literal", value) for value in literals}:
         choices = [(value, value) for value in literals]
-        blank = [("", f"default ({default})")] if overrides else []
+        blank = [("", f"default ({shown_default})")] if overrides else []
         return forms.ChoiceField(choices=blank + choices, required=not overrides)
     if bool in kinds:
         if overrides or type(None) in kinds:
-            choices = [("", f"default ({default})"), ("true", "yes"), ("false", "no")]
+            choices = [("", f"default ({shown_default})"), ("true", "yes"), ("false", "no")]
             return forms.TypedChoiceField(
                 choices=choices, coerce=lambda value: value == "true", required=False
             )
