@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
 from django.core import signing
-from django.db.models import Count, Prefetch
+from django.db.models import Count, Exists, OuterRef, Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -21,7 +21,7 @@ from reviewapp.projects.access import (
     get_reviewer_membership_for_user,
     projects_for_user,
 )
-from reviewapp.projects.models import Membership
+from reviewapp.projects.models import Membership, Project
 from reviewapp.review.feedback import (
     UNDO_SECONDS,
     FeedbackError,
@@ -32,7 +32,15 @@ from reviewapp.review.feedback import (
     undo_feedback_delete,
 )
 from reviewapp.review.forms import FeedbackForm
-from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback, Tag, TraceTag
+from reviewapp.review.models import (
+    CopiedFeedback,
+    DeletedFeedback,
+    Feedback,
+    QueueReview,
+    ReviewStatus,
+    Tag,
+    TraceTag,
+)
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.review.tags import restore_tag, toggle_tag
 from reviewapp.review.views.queues import queue_context
@@ -113,9 +121,38 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     }
     if request.htmx and request.htmx.target == "more-row":
         return render(request, "traces/list.html#trace-rows", context)
+    if not request.htmx:
+        context["first_run"] = first_run_steps(membership.project)
     # Every trace the filters match, not the page's: the figure a monitor link promises.
     context["matching"] = filtered_traces(membership.project, filters).count()
     return render_page(request, "traces/list.html", context, fragment="trace-results")
+
+
+def first_run_steps(project: Project) -> list[dict] | None:
+    """A new or demo project's way to its first adapter, each step ticked from what the
+    database holds; None once every step is done. One query."""
+    traces = Trace.objects.filter(project=OuterRef("pk"))
+    done = (
+        Project.objects.filter(pk=project.pk)
+        .annotate(
+            sent=Exists(traces),
+            reviewed=Exists(
+                TraceTag.objects.filter(trace__project=OuterRef("pk"), reviewer__isnull=False)
+            )
+            | Exists(
+                QueueReview.objects.filter(
+                    item__queue__project=OuterRef("pk"), status=ReviewStatus.DONE
+                )
+            ),
+            wrote=Exists(Feedback.objects.filter(trace__project=OuterRef("pk"))),
+            retrained=Exists(Project.objects.filter(pk=OuterRef("pk"), runs__isnull=False)),
+        )
+        .values("sent", "reviewed", "wrote", "retrained")
+        .get()
+    )
+    if all(done.values()):
+        return None
+    return [{"key": key, "done": done[key]} for key in ("sent", "reviewed", "wrote", "retrained")]
 
 
 def _get_trace_for_reviewer(user, slug: str, trace_id: int) -> tuple[Membership, Trace]:

@@ -53,9 +53,17 @@ def context(browser, live_server) -> Iterator[BrowserContext]:
     context.close()
 
 
+def accept_dialog(dialog) -> None:
+    """Say yes, as a person who means it does: forms with data-confirm ask before they post."""
+    dialog.accept()
+
+
 @pytest.fixture
 def page(context) -> Page:
-    return context.new_page()
+    """A new page that accepts every confirmation (a test of one removes this handler)."""
+    page = context.new_page()
+    page.on("dialog", accept_dialog)
+    return page
 
 
 def sign_in(context: BrowserContext, user, live_server) -> None:
