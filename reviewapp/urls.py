@@ -83,6 +83,11 @@ urlpatterns = [
     path(f"{queue}agreement/", queues.queue_agreement, name="queue_agreement"),
     path(f"{targets}", training.target_list, name="target_list"),
     path(f"{targets}policy/", training.target_policy, name="target_policy"),
+    path(
+        f"{targets}approve-passing/",
+        training.target_approve_passing,
+        name="target_approve_passing",
+    ),
     path(f"{targets}feedback/<int:feedback_id>/", training.target_choice, name="target_choice"),
     path(f"{project}retrain/", training.retrain, name="retrain"),
     path(f"{project}runs/<int:run_id>/", training.run_detail, name="run_detail"),

@@ -1,32 +1,56 @@
 """Reviewers' decisions on distillation targets: one choice per feedback."""
 
+import re
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 
 from django.db import transaction
 from django.db.models import Count, F, Min, Q
 
 from messages.text import message_text
 from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.learning.ranking import ProposalScore, closeness, proposal_rank, well_formedness
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.models import Feedback
 from reviewapp.traces.chat import Message
 from reviewapp.traces.rendering import DiffPiece, word_diff
+from training.checks import CheckResult, check_reply
 
 CHOSEN_STATES = (TargetState.APPROVED, TargetState.EDITED)
 # The targets page shows this many feedback items per tab, newest first.
 FEEDBACK_GROUPS_SHOWN = 50
+# A proposal keeping less than this share of the original's words (matched in order) is a
+# rewrite: shown beside the original, since a word diff of two different texts is a jumble.
+REWRITE_KEPT_MAX = 0.5
+
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
 class ProposalView:
     target: DistillationTarget
     diff: list[DiffPiece]  # the target against the original answer, word by word
+    checks: list[CheckResult]  # each of the feedback's checks on this proposal
+    score: ProposalScore
+    original_text: str
+    target_text: str
 
     @property
     def unchanged(self) -> bool:
         return all(piece.op == "equal" for piece in self.diff)
+
+    @property
+    def is_rewrite(self) -> bool:
+        """Too little of the original kept for a word diff to read: shown side by side."""
+        kept = sum(len(_WORD.findall(p.text)) for p in self.diff if p.op == "equal")
+        total = len(_WORD.findall(self.original_text)) + len(_WORD.findall(self.target_text))
+        return (
+            bool(self.original_text.strip()) and total > 0 and 2 * kept / total < REWRITE_KEPT_MAX
+        )
+
+    @property
+    def passes_every_check(self) -> bool:
+        return self.score.passes_every_check
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,24 @@ class FeedbackTargets:
     def all_rejected(self) -> bool:
         return all(p.target.state == TargetState.REJECTED for p in self.proposals)
 
+    @property
+    def approvable(self) -> ProposalView | None:
+        """What approving the proposals that pass every check takes for this feedback: the
+        best still proposed that does not look garbled, when nothing is chosen and the
+        feedback has checks to pass (with none, "passes" proves nothing)."""
+        if self.chosen is not None or not self.feedback.checks:
+            return None
+        return next(
+            (
+                p
+                for p in self.proposals
+                if p.target.state == TargetState.PROPOSED
+                and p.passes_every_check
+                and not p.score.looks_garbled
+            ),
+            None,
+        )
+
 
 def reply_text(message: dict | None) -> str:
     """A reply as a reviewer compares it: its text, then one line per tool call."""
@@ -68,27 +110,66 @@ def reply_text(message: dict | None) -> str:
     return "\n".join(part for part in [message_text(message), *calls] if part)
 
 
-def _rank_key(target: DistillationTarget) -> tuple:
-    # As training.targets.propose_targets ranks the teacher's revisions: passing ones first, then
-    # the closest to the original answer; ties in the order they were proposed.
-    original = message_text(target.original or {})
-    closeness = SequenceMatcher(None, original, message_text(target.target)).ratio()
-    return (not target.passes_checks, -closeness, target.pk)
+def readable_diff(pieces: list[DiffPiece]) -> list[DiffPiece]:
+    """A word diff with the short islands between two changes (a space, a comma, "the")
+    folded into the change, so an edited sentence reads as one removed and one added run
+    instead of alternating fragments."""
+    readable: list[DiffPiece] = []
+    deleted = inserted = ""
+    for index, piece in enumerate(pieces):
+        between_changes = index + 1 < len(pieces) and pieces[index + 1].op != "equal"
+        if piece.op == "delete":
+            deleted += piece.text
+        elif piece.op == "insert":
+            inserted += piece.text
+        elif (deleted or inserted) and between_changes and _is_island(piece.text):
+            deleted, inserted = deleted + piece.text, inserted + piece.text
+        else:
+            readable.extend(_changes(deleted, inserted))
+            deleted = inserted = ""
+            readable.append(piece)
+    readable.extend(_changes(deleted, inserted))
+    return readable
+
+
+def _is_island(text: str) -> bool:
+    words = _WORD.findall(text)
+    return not words or (len(words) == 1 and len(words[0]) <= 3)
+
+
+def _changes(deleted: str, inserted: str) -> list[DiffPiece]:
+    return [DiffPiece(op, text) for op, text in (("delete", deleted), ("insert", inserted)) if text]
+
+
+def _proposal_view(feedback: Feedback, target: DistillationTarget, order: int) -> ProposalView:
+    checks = check_reply(feedback.checks, target.target, context=target.student_context)
+    original_text, target_text = reply_text(target.original), reply_text(target.target)
+    score = ProposalScore(
+        checks_passed=sum(result.passed for result in checks),
+        checks_total=len(checks),
+        passed_when_proposed=target.passes_checks,
+        well_formedness=(
+            1.0  # a reply that only calls a tool has no prose to judge
+            if target.target.get("tool_calls") and not message_text(target.target).strip()
+            else well_formedness(message_text(target.target), feedback_text=feedback.text)
+        ),
+        closeness=closeness(message_text(target.original or {}), message_text(target.target)),
+        order=order,
+    )
+    return ProposalView(
+        target=target,
+        diff=readable_diff(word_diff(original_text, target_text)),
+        checks=checks,
+        score=score,
+        original_text=original_text,
+        target_text=target_text,
+    )
 
 
 def _group(feedback: Feedback, targets: list[DistillationTarget]) -> FeedbackTargets:
-    ranked = sorted(targets, key=_rank_key)
-    return FeedbackTargets(
-        feedback=feedback,
-        turn=ranked[0].turn,
-        proposals=[
-            ProposalView(
-                target=target,
-                diff=word_diff(reply_text(target.original), reply_text(target.target)),
-            )
-            for target in ranked
-        ],
-    )
+    views = [_proposal_view(feedback, target, order) for order, target in enumerate(targets)]
+    ranked = sorted(views, key=lambda view: proposal_rank(view.score))
+    return FeedbackTargets(feedback=feedback, turn=ranked[0].target.turn, proposals=ranked)
 
 
 def _feedback_in_state(project: Project, state: str):
@@ -107,20 +188,28 @@ def _feedback_in_state(project: Project, state: str):
     return feedback.filter(in_state__gt=0)
 
 
+def state_counts(*, project: Project) -> dict[str, int]:
+    """How many feedback items each tab of the targets page lists, by state."""
+    return {state: _feedback_in_state(project, state).count() for state in TargetState.values}
+
+
 def feedback_targets(
     *,
     project: Project,
     state: str,
     limit: int = FEEDBACK_GROUPS_SHOWN,
     before_feedback_id: int | None = None,
+    feedback_ids: list[int] | None = None,
 ) -> list[FeedbackTargets]:
     """The feedback whose choice is in `state`, newest first, each with its ranked proposals;
-    `before_feedback_id` pages on (the API's cursor)."""
+    `before_feedback_id` pages on (the API's cursor), `feedback_ids` keeps only those."""
     if state not in TargetState.values:
         raise ValueError(f"unknown target state {state!r}")
     feedback = _feedback_in_state(project, state)
     if before_feedback_id is not None:
         feedback = feedback.filter(pk__lt=before_feedback_id)
+    if feedback_ids is not None:
+        feedback = feedback.filter(pk__in=feedback_ids)
     feedback = list(
         feedback.select_related("trace", "reviewer", "api_key")
         .defer("trace__body", "trace__metadata")
@@ -146,15 +235,17 @@ def choose_target(
     reviewer,
     target_id: int | None = None,
     edited_text: str | None = None,
-) -> None:
+) -> int:
     """The reviewer's one choice for a feedback: "approve" one proposal or "edit" it (its
     siblings are rejected: near-identical targets would weigh one feedback several times),
-    or "reject" them all."""
+    or "reject" them all. Returns how many proposals the choice rejected that were not
+    rejected before."""
     Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
     targets = DistillationTarget.objects.filter(feedback=feedback)
     if decision == "reject":
-        targets.update(state=TargetState.REJECTED, reviewed_by=reviewer)
-        return
+        return targets.exclude(state=TargetState.REJECTED).update(
+            state=TargetState.REJECTED, reviewed_by=reviewer
+        )
     if decision not in ("approve", "edit"):
         raise ValueError(f"unknown decision {decision!r}")
     chosen = targets.filter(pk=target_id).first() if target_id is not None else None
@@ -171,7 +262,51 @@ def choose_target(
         chosen.state = TargetState.APPROVED
     chosen.reviewed_by = reviewer
     chosen.save(update_fields=["state", "target", "reviewed_by"])
-    targets.exclude(pk=chosen.pk).update(state=TargetState.REJECTED, reviewed_by=reviewer)
+    return (
+        targets.exclude(pk=chosen.pk)
+        .exclude(state=TargetState.REJECTED)
+        .update(state=TargetState.REJECTED, reviewed_by=reviewer)
+    )
+
+
+@dataclass(frozen=True)
+class BulkApproval:
+    approved: int  # proposals approved, one per feedback
+    rejected: int  # their siblings, rejected by those approvals
+    skipped: int  # feedback asked for that had no such proposal (decided meanwhile, say)
+
+
+@transaction.atomic
+def approve_passing_proposals(
+    *, project: Project, feedback_ids: list[int], reviewer
+) -> BulkApproval:
+    """For each listed feedback still waiting for a choice, approve its best proposal that
+    passes every one of the feedback's checks, as one reviewer's choice would (its siblings
+    are rejected). Feedback with no checks, or no such proposal, is left as it is."""
+    locked = list(
+        Feedback.objects.select_for_update()
+        .filter(pk__in=feedback_ids, trace__project=project)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    groups = feedback_targets(
+        project=project, state=TargetState.PROPOSED, limit=len(locked), feedback_ids=locked
+    )
+    approved = rejected = 0
+    for group in groups:
+        proposal = group.approvable
+        if proposal is None:
+            continue
+        rejected += choose_target(
+            feedback=group.feedback,
+            decision="approve",
+            reviewer=reviewer,
+            target_id=proposal.target.pk,
+        )
+        approved += 1
+    return BulkApproval(
+        approved=approved, rejected=rejected, skipped=len(set(feedback_ids)) - approved
+    )
 
 
 @transaction.atomic

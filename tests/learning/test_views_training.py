@@ -28,9 +28,11 @@ def proposed(project):
     )
 
 
-def test_targets_show_the_original_and_the_target_as_a_diff(bob, proposed):
+def test_targets_show_a_rewritten_answer_beside_the_original(bob, proposed):
     html = logged_in(bob).get("/p/acme/targets/").content.decode()
-    assert "<del>12 * 7 is</del><ins>Answer:</ins> 84." in html
+    # Only "84" kept of "12 * 7 is 84.": too little for a word diff to read.
+    assert "<figcaption>Original answer</figcaption><pre>12 * 7 is 84.</pre>" in html
+    assert "<pre>Answer: 84.</pre>" in html
 
 
 def test_retrain_page_shows_what_will_be_used_and_what_is_left_out(alice, proposed):

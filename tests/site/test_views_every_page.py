@@ -82,6 +82,7 @@ ACTIONS = {
     "queue_guidelines": "admin",
     "target_policy": "admin",
     "target_choice": "reviewer",
+    "target_approve_passing": "reviewer",
     "run_cancel": "admin",
     "adapter_deploy": "admin",
     "adapter_promote": "admin",

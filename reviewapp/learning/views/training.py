@@ -2,6 +2,7 @@
 
 from collections import Counter
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -11,10 +12,12 @@ from django.views.decorators.http import require_POST
 from reviewapp.charts import line_chart
 from reviewapp.learning.approvals import (
     AUTO_APPROVE_POLICIES,
+    approve_passing_proposals,
     choose_target,
     feedback_targets,
     feedback_targets_for,
     set_auto_approve,
+    state_counts,
 )
 from reviewapp.learning.dataset import build_training_set
 from reviewapp.learning.forms import AutoApproveForm, RetrainForm
@@ -70,13 +73,43 @@ def target_list(request: HttpRequest, slug: str) -> HttpResponse:
         return HttpResponseBadRequest(
             f"state: {state!r} is not one of {', '.join(TargetState.values)}"
         )
+    groups = feedback_targets(project=membership.project, state=state)
     context = {
         **_base_context(request, membership),
-        "groups": feedback_targets(project=membership.project, state=state),
+        "groups": groups,
         "state": state,
+        "counts": state_counts(project=membership.project),
+        "approvable": [group for group in groups if group.approvable],
         **_policy_context(membership.project),
     }
     return render(request, "learning/targets.html", context)
+
+
+@require_POST
+@login_required
+def target_approve_passing(request: HttpRequest, slug: str) -> HttpResponse:
+    """Approve, for each feedback listed, its best proposal that passes every check."""
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    raw_ids = request.POST.getlist("feedback")
+    if not raw_ids or not all(raw.isdigit() for raw in raw_ids):
+        return HttpResponseBadRequest("feedback: list the feedback ids to approve proposals for")
+    outcome = approve_passing_proposals(
+        project=membership.project,
+        feedback_ids=[int(raw) for raw in raw_ids],
+        reviewer=request.user,
+    )
+    summary = (
+        f"Approved {outcome.approved} proposal{'s' * (outcome.approved != 1)} passing every "
+        f"check; that rejected {outcome.rejected} other proposal{'s' * (outcome.rejected != 1)} "
+        "for the same feedback."
+    )
+    if outcome.skipped:
+        summary += (
+            f" {outcome.skipped} listed had no proposal to approve (decided meanwhile, no "
+            "checks, or none passing every check that reads well)."
+        )
+    messages.success(request, summary)
+    return redirect("target_list", slug=slug)
 
 
 def _policy_context(project, form: AutoApproveForm | None = None, approved_now: int = 0) -> dict:
@@ -119,25 +152,39 @@ def target_choice(request: HttpRequest, slug: str, feedback_id: int) -> HttpResp
     membership = get_reviewer_membership_for_user(request.user, slug)
     feedback = _get_feedback_for_membership(membership, feedback_id)
     target_id = request.POST.get("target", "")
-    error, status = "", 200
+    decision = request.POST.get("decision", "")
+    error, status, rejected_now = "", 200, 0
     try:
-        choose_target(
+        rejected_now = choose_target(
             feedback=feedback,
-            decision=request.POST.get("decision", ""),
+            decision=decision,
             reviewer=request.user,
             target_id=int(target_id) if target_id.isdigit() else None,
             edited_text=request.POST.get("text"),
         )
     except ValueError as problem:
         error, status = str(problem), 422
+    siblings_rejected = rejected_now if decision in ("approve", "edit") and not error else None
     if not request.htmx and not error:
+        if siblings_rejected is not None:
+            messages.success(request, _siblings_line(siblings_rejected))
         return redirect("target_list", slug=slug)
     context = {
         **_base_context(request, membership),
         "group": feedback_targets_for(feedback=feedback),
         "error": error,
+        "siblings_line": _siblings_line(siblings_rejected) if siblings_rejected is not None else "",
     }
     return render(request, "learning/targets.html#feedback-targets", context, status=status)
+
+
+def _siblings_line(rejected: int) -> str:
+    if not rejected:
+        return "Approving this rejected no other proposal: it was the only one left."
+    return (
+        f"Approving this rejected {rejected} other proposal{'s' * (rejected != 1)} for the "
+        "same feedback: one choice per feedback."
+    )
 
 
 @login_required

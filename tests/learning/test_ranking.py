@@ -1,0 +1,71 @@
+"""The well-formedness score and the rank of a feedback's proposals, on plain text."""
+
+from reviewapp.learning.ranking import (
+    WELL_FORMED_MIN,
+    ProposalScore,
+    proposal_rank,
+    well_formedness,
+)
+
+
+def test_a_plain_answer_is_well_formed():
+    assert well_formedness("We accept Visa, Mastercard and PayPal.") == 1.0
+    assert well_formedness("29 * 6 = 174.") == 1.0
+
+
+def test_chat_template_markup_in_an_answer_looks_garbled():
+    leaked = "<tool_response>\nWe accept Visa, Mastercard and PayPal.\n</tool_response>"
+    assert well_formedness(leaked) < WELL_FORMED_MIN
+
+
+def test_the_feedback_repeated_back_looks_garbled():
+    feedback = "The lookup failed: say so and offer to try again, do not guess."
+    assert well_formedness(feedback, feedback_text=feedback) < WELL_FORMED_MIN
+    assert well_formedness("The lookup failed; I can try again.", feedback_text=feedback) == 1.0
+
+
+def test_phrases_going_round_look_garbled():
+    assert well_formedness("the refund the refund the refund the refund the refund") < (
+        WELL_FORMED_MIN
+    )
+
+
+def test_strings_of_consonants_look_garbled():
+    assert well_formedness("xkcdq bcdfghj zzzzt qrstv") < WELL_FORMED_MIN
+
+
+def test_text_with_no_words_scores_zero():
+    assert well_formedness("") == 0.0
+    assert well_formedness("?! ...") == 0.0
+
+
+def _score(**overrides) -> ProposalScore:
+    values = {
+        "checks_passed": 1,
+        "checks_total": 1,
+        "passed_when_proposed": True,
+        "well_formedness": 1.0,
+        "closeness": 0.5,
+        "order": 0,
+    }
+    return ProposalScore(**{**values, **overrides})
+
+
+def test_the_rank_puts_readability_then_checks_then_closeness_first():
+    scores = {
+        "garbled, passing": _score(well_formedness=0.2, closeness=0.9),
+        "garbled, failing": _score(well_formedness=0.2, checks_passed=0, closeness=0.9),
+        "fails a check": _score(checks_passed=0, closeness=0.9),
+        "cut off": _score(passed_when_proposed=False, closeness=0.9),
+        "passing, far": _score(closeness=0.3, order=1),
+        "passing, close": _score(closeness=0.6, order=2),
+    }
+    ranked = sorted(scores, key=lambda name: proposal_rank(scores[name]))
+    assert ranked == [
+        "passing, close",
+        "passing, far",
+        "cut off",
+        "fails a check",
+        "garbled, passing",
+        "garbled, failing",
+    ]
