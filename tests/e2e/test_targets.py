@@ -74,7 +74,8 @@ def test_reject_all_leaves_nothing_to_choose(bob_page, proposals):
     page.goto("/p/acme/targets/")
     group = page.locator(f"#feedback-targets-{proposals[0].feedback_id}")
     group.locator(".other-proposals > summary").click()  # the attack is shown, as text
-    expect(group.locator("pre.diff ins", has_text="onerror").first).to_be_visible()
+    # Little of the original is left in it: it is shown beside the original, not as a diff.
+    expect(group.locator(".side-by-side pre", has_text="onerror").first).to_be_visible()
     expect(group.locator("img")).to_have_count(0)
 
     group.get_by_role("button", name="Reject all: none of these is right").click()
