@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from reviewapp.projects.services import create_api_key
+from reviewapp.review.models import Tag
+
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 CSS = Path(__file__).resolve().parents[2] / "static" / "css"
 
@@ -85,3 +88,27 @@ def test_page_titles_come_from_the_page_header_and_nowhere_sizes_them_apart():
     assert own_h1 == []
     css = "".join(sheet.read_text() for sheet in CSS.glob("*.css"))
     assert re.findall(r"h1[^{]*\{[^}]*font-size", css) == ["h1 { font-size"]
+
+
+@pytest.mark.parametrize(
+    ("url", "action", "question"),
+    [
+        ("/p/acme/keys/", "/revoke/", "Revoke the key harness?"),
+        ("/p/acme/members/", "/remove/", "Remove bob from Acme support agent?"),
+        ("/p/acme/tags/", "/delete/", "Delete the tag slow?"),
+        ("/p/acme/tags/", "/merge/", "Merge slow into the chosen tag?"),
+        ("/p/acme/retrain/", "/p/acme/retrain/", "Start a training run on what is approved?"),
+    ],
+)
+def test_forms_that_destroy_or_start_costly_work_ask_first(
+    project, alice, bob, url, action, question
+):
+    create_api_key(project=project, name="harness")
+    Tag.objects.create(project=project, name="slow")
+    Tag.objects.create(project=project, name="late")
+
+    forms = re.findall(r"<form [^>]*>", page_for(alice, url))
+
+    asking = [form for form in forms if re.search(f'action="[^"]*{re.escape(action)}"', form)]
+    assert asking and all('data-confirm="' in form for form in asking)
+    assert any(f'data-confirm="{question}' in form for form in asking)
