@@ -37,6 +37,9 @@ def test_saving_feedback_marks_it_and_its_turn_and_the_csp_blocks_nothing(bob_pa
 
     page.locator('button.pin[data-anchor="turn:4"]').click()
     page.locator("#feedback-form textarea[name=text]").fill("Begin with 'Answer:'.")
+    # As a reader who dragged the box bigger: the browser gives it a style attribute, which a
+    # swap must not copy onto the new box (setting one is an inline style the CSP blocks).
+    page.locator("#feedback-form textarea[name=text]").evaluate("box => box.style.height = '9em'")
     page.get_by_role("button", name="Save feedback").click()
 
     saved = page.locator(".feedback.just-saved")

@@ -1,6 +1,8 @@
 """Way-finding on every page: the nav marks the section shown, a skip link comes first, the
 keyboard sheet is named in the footer, and every page title is the one page-header."""
 
+import html
+import json
 import re
 from pathlib import Path
 
@@ -112,3 +114,13 @@ def test_forms_that_destroy_or_start_costly_work_ask_first(
     asking = [form for form in forms if re.search(f'action="[^"]*{re.escape(action)}"', form)]
     assert asking and all('data-confirm="' in form for form in asking)
     assert any(f'data-confirm="{question}' in form for form in asking)
+
+
+def test_htmx_is_told_never_to_set_an_inline_style(bob):
+    page = page_for(bob, "/p/acme/traces/")
+
+    config = json.loads(
+        html.unescape(re.search(r'name="htmx-config" content=\'([^\']+)\'', page)[1])
+    )
+    assert config["includeIndicatorStyles"] is False
+    assert "style" not in config["attributesToSettle"]
