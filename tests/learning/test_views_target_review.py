@@ -5,9 +5,11 @@ every proposal that passes all its feedback's checks in one POST."""
 import pytest
 from django.test import Client
 
+from reviewapp.learning.approvals import readable_diff
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.rendering import word_diff
 from tests.factories import make_trace
 
 HX = {"HX-Request": "true"}
@@ -310,3 +312,18 @@ def test_the_keys_are_listed_on_the_page(bob, mixed_feedback):
     for key, meaning in [("a", "approve"), ("e", "edit"), ("r", "reject all"), ("j", "next")]:
         assert f"<kbd>{key}</kbd>" in keys and meaning in keys
     assert "js/targets.js" in html
+
+
+def test_short_islands_between_changes_fold_into_one_removed_and_one_added_run():
+    pieces = readable_diff(
+        word_diff(
+            "It costs 5 euros and ships in 3 days.", "It costs 7 dollars and ships in 3 days."
+        )
+    )
+
+    assert [(piece.op, piece.text) for piece in pieces] == [
+        ("equal", "It costs "),
+        ("delete", "5 euros"),
+        ("insert", "7 dollars"),
+        ("equal", " and ships in 3 days."),
+    ]
