@@ -143,6 +143,20 @@ def test_approving_says_how_many_sibling_proposals_it_rejected(bob, project):
     )
 
 
+def test_an_edit_says_how_many_sibling_proposals_it_rejected(bob, project):
+    feedback, (chosen, _) = _feedback_with(project, "t-1", ["Answer: 84.", "84."])
+
+    response = logged_in(bob).post(
+        f"/p/acme/targets/feedback/{feedback.pk}/",
+        {"decision": "edit", "target": chosen.pk, "text": "Answer: 84"},
+        headers=HX,
+    )
+
+    assert "Saving this edit rejected 1 other proposal for the same feedback" in (
+        response.content.decode()
+    )
+
+
 def test_approving_without_htmx_says_it_on_the_page_it_returns_to(bob, project):
     feedback, (chosen, _) = _feedback_with(project, "t-1", ["Answer: 84.", "84."])
 

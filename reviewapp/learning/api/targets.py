@@ -44,7 +44,9 @@ class FeedbackTargetsOut(Schema):
     turn: int  # the index in messages of the assistant turn the targets replace
     feedback: str
     chosen: int | None  # the approved or edited proposal; one choice per feedback
-    proposals: list[ProposalOut]  # best first: passing the checks, then closest to the original
+    # Best first, as the targets page ranks them (learning/ranking.proposal_rank): readable
+    # before garbled, then passing the checks, then closest to the original.
+    proposals: list[ProposalOut]
 
 
 class TargetListOut(Schema):

@@ -167,22 +167,25 @@ def target_choice(request: HttpRequest, slug: str, feedback_id: int) -> HttpResp
     siblings_rejected = rejected_now if decision in ("approve", "edit") and not error else None
     if not request.htmx and not error:
         if siblings_rejected is not None:
-            messages.success(request, _siblings_line(siblings_rejected))
+            messages.success(request, _siblings_line(siblings_rejected, decision))
         return redirect("target_list", slug=slug)
     context = {
         **_base_context(request, membership),
         "group": feedback_targets_for(feedback=feedback),
         "error": error,
-        "siblings_line": _siblings_line(siblings_rejected) if siblings_rejected is not None else "",
+        "siblings_line": (
+            _siblings_line(siblings_rejected, decision) if siblings_rejected is not None else ""
+        ),
     }
     return render(request, "learning/targets.html#feedback-targets", context, status=status)
 
 
-def _siblings_line(rejected: int) -> str:
+def _siblings_line(rejected: int, decision: str) -> str:
+    action = "Saving this edit" if decision == "edit" else "Approving this"
     if not rejected:
-        return "Approving this rejected no other proposal: it was the only one left."
+        return f"{action} rejected no other proposal: none was left."
     return (
-        f"Approving this rejected {rejected} other proposal{'s' * (rejected != 1)} for the "
+        f"{action} rejected {rejected} other proposal{'s' * (rejected != 1)} for the "
         "same feedback: one choice per feedback."
     )
 
