@@ -7,7 +7,7 @@ from django import forms
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from reviewapp.projects.models import Role
+from reviewapp.projects.models import Project, Role
 from reviewapp.projects.project_settings import ProjectSettings, is_overrides
 
 
@@ -27,6 +27,17 @@ class InviteForm(forms.Form):
 
     invitee = forms.CharField(max_length=254, label="E-mail or username")
     role = forms.ChoiceField(choices=Role.choices, initial=Role.REVIEWER)
+
+
+class ProjectForm(forms.Form):
+    """The project's name and the model name its harness asks the gateway for."""
+
+    name = forms.CharField(max_length=Project._meta.get_field("name").max_length)
+    served_model = forms.CharField(
+        max_length=Project._meta.get_field("served_model").max_length,
+        label="Served model",
+        help_text="the model name the harness asks the gateway for",
+    )
 
 
 def _kinds(annotation: Any) -> set:

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from reviewapp.projects import key_cache
 from reviewapp.projects.models import ApiKey, KeyScope, Project
+from reviewapp.projects.project_settings import ProjectSettings, update_settings
 
 
 @transaction.atomic
@@ -20,6 +21,20 @@ def create_project(
     project.full_clean()
     project.save()
     return project
+
+
+@transaction.atomic
+def update_project(
+    *, project: Project, name: str, served_model: str, settings_changes: dict
+) -> ProjectSettings:
+    """The settings page's save: the project's name and model alias, and whole sections of its
+    settings, all or none (SettingsError names each refused field)."""
+    Project.objects.filter(pk=project.pk).update(name=name, served_model=served_model)
+    changed = update_settings(project=project, changes=settings_changes)
+    project.name, project.served_model = name, served_model
+    # The gateway keeps what a key resolves to (alias, model servers) for a few seconds.
+    transaction.on_commit(key_cache.forget_all)
+    return changed
 
 
 def create_api_key(

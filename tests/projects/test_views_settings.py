@@ -20,7 +20,8 @@ def logged_in(user) -> Client:
 def submitted(project: Project, **changes) -> dict:
     """The form as the page sends it for the stored settings, with `changes` typed in."""
     form = ProjectSettingsForm(stored=project.settings)
-    values = {name: form[name].value() for name in form.fields}
+    values = {"name": project.name, "served_model": project.served_model}
+    values.update({name: form[name].value() for name in form.fields})
     values.update(changes)
     # An unticked checkbox is not sent at all.
     return {
@@ -62,6 +63,35 @@ def test_it_saves_the_settings_and_shows_them_again(alice, project):
     assert "Settings saved." in page
     assert 'name="training.lora_r" value="8"' in page
     assert 'name="canary_share" value="30"' in page
+
+
+def test_the_name_and_model_alias_are_saved_with_the_settings(alice, project):
+    data = submitted(project, name="Acme agent", served_model="acme-agent", canary_share="40")
+
+    assert logged_in(alice).post(URL, data).status_code == 302
+
+    saved = Project.objects.get(pk=project.pk)
+    assert (saved.name, saved.served_model) == ("Acme agent", "acme-agent")
+    assert saved.settings["canary_share"] == 40
+
+
+def test_a_refused_setting_keeps_the_name_and_alias_unsaved(alice, project):
+    data = submitted(project, served_model="acme-agent", **{"training.epochs": "0"})
+
+    response = logged_in(alice).post(URL, data)
+
+    assert response.status_code == 422
+    assert field_errors(response, "training.epochs")
+    saved = Project.objects.get(pk=project.pk)
+    assert saved.served_model == "SmolLM2-135M-Instruct" and saved.settings == {}
+
+
+def test_a_blank_model_alias_is_refused_beside_it_and_nothing_is_saved(alice, project):
+    response = logged_in(alice).post(URL, submitted(project, served_model="", canary_share="40"))
+
+    assert response.status_code == 422
+    assert response.context["project_form"].errors["served_model"] == ["This field is required."]
+    assert Project.objects.get(pk=project.pk).settings == {}
 
 
 def test_each_problem_is_shown_beside_its_field_and_nothing_is_saved(alice, project):

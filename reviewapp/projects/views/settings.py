@@ -1,13 +1,15 @@
-"""The settings page: a project's admins edit its settings, one form over the typed schema."""
+"""The settings page: a project's admins edit its name, model alias and settings (the typed
+schema), saved together or not at all."""
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from reviewapp.projects.access import get_admin_membership_for_user
-from reviewapp.projects.forms import SECTION_TITLES, ProjectSettingsForm
+from reviewapp.projects.forms import SECTION_TITLES, ProjectForm, ProjectSettingsForm
 from reviewapp.projects.outbound import allowed_teachers, allowed_upstreams, declared_teacher_keys
-from reviewapp.projects.project_settings import SettingsError, update_settings
+from reviewapp.projects.project_settings import SettingsError
+from reviewapp.projects.services import update_project
 
 SAVED_SESSION_KEY = "project_settings_saved"
 
@@ -17,13 +19,19 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
     """All valid or nothing stored: each problem is shown beside its field, values as typed."""
     membership = get_admin_membership_for_user(request.user, slug)
     project = membership.project
+    project_form = ProjectForm(initial={"name": project.name, "served_model": project.served_model})
     form = ProjectSettingsForm(stored=project.settings)
     status = 200
     if request.method == "POST":
+        project_form = ProjectForm(request.POST)
         form = ProjectSettingsForm(request.POST, stored=project.settings)
-        if form.is_valid():
+        if all([project_form.is_valid(), form.is_valid()]):  # both, so both show their errors
             try:
-                update_settings(project=project, changes=form.changed_sections())
+                update_project(
+                    project=project,
+                    **project_form.cleaned_data,
+                    settings_changes=form.changed_sections(),
+                )
             except SettingsError as error:
                 form.add_problems(error.problems)
             else:
@@ -33,6 +41,7 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "membership": membership,
         "project": project,
+        "project_form": project_form,
         "form": form,
         "sections": [
             (SECTION_TITLES[name], [form[field] for field in fields])
