@@ -43,7 +43,7 @@ def feedback_header(user, trace, feedback: Feedback) -> str:
     client = Client()
     client.force_login(user)
     html = client.get(f"/p/acme/traces/{trace.pk}/").content.decode()
-    found = re.search(rf'id="feedback-{feedback.pk}">\s*<header>(.*?)</header>', html, re.S)
+    found = re.search(rf'id="feedback-{feedback.pk}"[^>]*>\s*<header>(.*?)</header>', html, re.S)
     assert found, "the feedback is not on the trace page"
     return found.group(1)
 
