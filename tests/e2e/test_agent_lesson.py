@@ -20,7 +20,13 @@ from reviewapp.harness.tools import ToolEnvironment
 from reviewapp.learning.models import Adapter
 from reviewapp.projects.services import create_api_key
 from reviewapp.review.models import Feedback, FeedbackStatus
-from tests.e2e.test_full_loop import MODEL, _adapter_versions, _wait_for, web_and_worker
+from tests.e2e.test_full_loop import (
+    MODEL,
+    _adapter_versions,
+    _recorded_whole,
+    _wait_for,
+    web_and_worker,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -88,6 +94,7 @@ def test_corrected_tool_calls_teach_the_agent_to_call_the_calculator_on_a_new_qu
     for result in [*before.values(), *base_new]:
         assert result.tool_calls == 0, result.messages
     assert _adapter_versions([f"before-{task_id}" for task_id in TAUGHT]) == {""}
+    _recorded_whole([(f"before-{task_id}", result) for task_id, result in before.items()])
 
     # 2. Feedback with action checks on each answer, corrected into the calculator call.
     for task_id, result in before.items():

@@ -176,6 +176,20 @@ def _adapter_versions(trace_ids: list[str]) -> set[str]:
     return {trace.adapter_version for trace in traces}
 
 
+def _recorded_whole(results) -> None:
+    """Wait until the gateway's recorder has written every message of each episode: it records
+    after it answers, so on a busy machine feedback on the last turn can come before it."""
+    expected = {trace_id: len(result.messages) for trace_id, result in results}
+    _wait_for(
+        lambda: all(
+            Trace.objects.filter(external_id=trace_id, message_count__gte=count).exists()
+            for trace_id, count in expected.items()
+        ),
+        60,
+        "the gateway to record every message of the episodes",
+    )
+
+
 def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_restores_the_base(
     web_and_worker, vllm_url, alice, project, page, live_server
 ):
@@ -201,6 +215,7 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     before = _episodes(gateway, key, TAUGHT_TASKS, "before")
     assert _answers_begin_with_answer(before) == 0
     assert _adapter_versions([trace_id for trace_id, _ in before]) == {""}
+    _recorded_whole(before)
 
     # 2. Feedback on each final answer: most through the API, two in the dashboard (a browser),
     # where the reviewer also writes the corrected reply.
