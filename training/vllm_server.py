@@ -71,6 +71,9 @@ def vllm_command(
         # vLLM only enables with a parser set; hermes also reads <tool_call> tags in "auto".
         "--enable-auto-tool-choice",
         "--tool-call-parser", "hermes",
+        # tool_choice "none" means answer without tools: shown their definitions anyway, the
+        # bundled model wrote <tool_call> markup as its answer (the demo agent's answer step).
+        "--exclude-tools-when-tool-choice-none",
         *template,
         "--host", host,
         "--port", str(port),

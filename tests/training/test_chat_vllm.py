@@ -52,7 +52,7 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
 
 
-def _served_prompt_ids(vllm_url: str, messages: list[dict]) -> list[int]:
+def _served_prompt_ids(vllm_url: str, messages: list[dict], **request) -> list[int]:
     response = httpx.post(
         f"{vllm_url}/chat/completions",
         json={
@@ -61,6 +61,7 @@ def _served_prompt_ids(vllm_url: str, messages: list[dict]) -> list[int]:
             "tools": [LOOKUP],
             "max_tokens": 1,
             "return_token_ids": True,
+            **request,
         },
         timeout=120,
     )
@@ -96,3 +97,13 @@ def test_a_trained_tool_call_turn_is_the_turn_the_server_renders(vllm_url, token
     assert served[: len(input_ids)] == input_ids
     trained = tokenizer.decode([t for t, m in zip(input_ids, loss_mask, strict=True) if m])
     assert trained.startswith("<tool_call>\n") and trained.endswith("</tool_call><|im_end|>")
+
+
+def test_an_answer_asked_for_without_tools_is_prompted_without_their_definitions(
+    vllm_url, tokenizer
+):
+    served = _served_prompt_ids(vllm_url, EPISODE[:4], tool_choice="none")
+
+    assert served == render_prompt(tokenizer, EPISODE[:4], None)
+    text = tokenizer.decode(served)
+    assert "<tools>" not in text and '"name": "lookup", "arguments"' in text  # its call stays

@@ -25,6 +25,7 @@ def test_the_bundled_model_is_served_with_the_tool_template(tmp_path):
     assert Path(_flag(command, "--chat-template")).read_text() == TOOL_CHAT_TEMPLATE.read_text()
     assert "--enable-auto-tool-choice" in command
     assert _flag(command, "--tool-call-parser") == "hermes"
+    assert "--exclude-tools-when-tool-choice-none" in command
 
 
 def test_a_template_kept_in_the_tokenizer_config_is_read_too(tmp_path):
