@@ -170,7 +170,7 @@ def _adapter_versions(trace_ids: list[str]) -> set[str]:
             if len(found := list(Trace.objects.filter(external_id__in=trace_ids))) == len(trace_ids)
             else None
         ),
-        30,
+        120,  # it writes in batches after it answers: seconds apart on a busy machine
         "the gateway to record the traces",
     )
     return {trace.adapter_version for trace in traces}
@@ -185,7 +185,7 @@ def _recorded_whole(results) -> None:
             Trace.objects.filter(external_id=trace_id, message_count__gte=count).exists()
             for trace_id, count in expected.items()
         ),
-        60,
+        120,
         "the gateway to record every message of the episodes",
     )
 
