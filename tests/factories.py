@@ -109,3 +109,33 @@ def approve_a_correction(project):
         target={"role": "assistant", "content": "paris"},
         state=TargetState.APPROVED,
     )
+
+
+def feedback_with_proposals(project, external_id: str, replies: list, checks=None):
+    """A feedback on turn 4 and its proposals, stored as the target task stores them; a
+    reply is its text, or (text, passed when proposed)."""
+    from reviewapp.learning.models import DistillationTarget
+    from reviewapp.review.feedback import record_feedback
+    from reviewapp.traces.ingest import ingest_traces
+
+    ingest_traces(project=project, raw_items=[make_trace(external_id)])
+    trace = project.traces.get(external_id=external_id)
+    messages = trace.body_json()["messages"]
+    feedback, _ = record_feedback(
+        trace=trace, text="Begin with 'Answer:'.", turn=4, checks=checks or []
+    )
+    targets = []
+    for reply in replies:
+        text, passed = reply if isinstance(reply, tuple) else (reply, True)
+        targets.append(
+            DistillationTarget.objects.create(
+                feedback=feedback,
+                turn=4,
+                source="hint",
+                student_context=messages[:4],
+                original=messages[4],
+                target={"role": "assistant", "content": text},
+                passes_checks=passed,
+            )
+        )
+    return feedback, targets

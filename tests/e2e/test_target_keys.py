@@ -5,9 +5,7 @@ import pytest
 from playwright.sync_api import expect
 
 from reviewapp.learning.models import DistillationTarget, TargetState
-from reviewapp.review.feedback import record_feedback
-from reviewapp.traces.ingest import ingest_traces
-from tests.factories import make_trace
+from tests.factories import feedback_with_proposals
 
 pytestmark = pytest.mark.slow
 
@@ -15,25 +13,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def three_feedback(project) -> list[list[DistillationTarget]]:
     """Three feedback items with two proposals each, in the order the page lists them."""
-    groups = []
-    for external_id in ("t-1", "t-2", "t-3"):
-        ingest_traces(project=project, raw_items=[make_trace(external_id)])
-        trace = project.traces.get(external_id=external_id)
-        messages = trace.body_json()["messages"]
-        feedback, _ = record_feedback(trace=trace, text="Begin with 'Answer:'.", turn=4)
-        groups.append(
-            [
-                DistillationTarget.objects.create(
-                    feedback=feedback,
-                    turn=4,
-                    source="hint",
-                    student_context=messages[:4],
-                    original=messages[4],
-                    target={"role": "assistant", "content": reply},
-                )
-                for reply in ("Answer: 12 * 7 is 84.", "Answer: 84.")
-            ]
-        )
+    groups = [
+        feedback_with_proposals(project, external_id, ["Answer: 12 * 7 is 84.", "Answer: 84."])[1]
+        for external_id in ("t-1", "t-2", "t-3")
+    ]
     return groups[::-1]  # newest feedback first
 
 

@@ -7,10 +7,8 @@ from django.test import Client
 
 from reviewapp.learning.approvals import readable_diff
 from reviewapp.learning.models import DistillationTarget, TargetState
-from reviewapp.review.feedback import record_feedback
-from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.rendering import word_diff
-from tests.factories import make_trace
+from tests.factories import feedback_with_proposals
 
 HX = {"HX-Request": "true"}
 ANSWER_CHECKS = [{"kind": "regex", "value": "^Answer:"}, {"kind": "max_words", "value": 6}]
@@ -22,39 +20,13 @@ def logged_in(user) -> Client:
     return client
 
 
-def _feedback_with(project, external_id: str, replies: list, checks=None):
-    """A feedback on turn 4 and its proposals, stored as the target task stores them; a
-    reply is its text, or (text, passed when proposed)."""
-    ingest_traces(project=project, raw_items=[make_trace(external_id)])
-    trace = project.traces.get(external_id=external_id)
-    messages = trace.body_json()["messages"]
-    feedback, _ = record_feedback(
-        trace=trace, text="Begin with 'Answer:'.", turn=4, checks=checks or []
-    )
-    targets = []
-    for reply in replies:
-        text, passed = reply if isinstance(reply, tuple) else (reply, True)
-        targets.append(
-            DistillationTarget.objects.create(
-                feedback=feedback,
-                turn=4,
-                source="hint",
-                student_context=messages[:4],
-                original=messages[4],
-                target={"role": "assistant", "content": text},
-                passes_checks=passed,
-            )
-        )
-    return feedback, targets
-
-
 def _section(html: str, element_id: str) -> str:
     start = html.index(f'id="{element_id}"')
     return html[start : html.index("</section>", start)]
 
 
 def test_each_check_is_a_chip_that_passes_or_fails(bob, project):
-    _, (good, wordy) = _feedback_with(
+    _, (good, wordy) = feedback_with_proposals(
         project,
         "t-1",
         ["Answer: 12 * 7 is 84.", "Well, the answer to 12 * 7 is 84."],
@@ -74,7 +46,9 @@ def test_each_check_is_a_chip_that_passes_or_fails(bob, project):
 
 
 def test_a_proposal_marked_failing_when_proposed_says_so(bob, project):
-    _, (cut,) = _feedback_with(project, "t-1", [("Answer: 12 * 7 is", False)], ANSWER_CHECKS)
+    _, (cut,) = feedback_with_proposals(
+        project, "t-1", [("Answer: 12 * 7 is", False)], ANSWER_CHECKS
+    )
 
     html = logged_in(bob).get("/p/acme/targets/").content.decode()
 
@@ -82,7 +56,7 @@ def test_a_proposal_marked_failing_when_proposed_says_so(bob, project):
 
 
 def test_an_edit_is_a_word_diff_and_a_rewrite_sits_beside_the_original(bob, project):
-    _, (edit, rewrite) = _feedback_with(
+    _, (edit, rewrite) = feedback_with_proposals(
         project,
         "t-1",
         ["Answer: 12 * 7 is 84.", "Multiplying twelve by seven gives eighty-four, I think."],
@@ -102,7 +76,9 @@ def test_an_edit_is_a_word_diff_and_a_rewrite_sits_beside_the_original(bob, proj
 
 
 def test_a_rewrite_shown_beside_the_original_is_escaped(bob, project):
-    _feedback_with(project, "t-1", ['<img src=x onerror="alert(1)"> Multiplied, that is 84'])
+    feedback_with_proposals(
+        project, "t-1", ['<img src=x onerror="alert(1)"> Multiplied, that is 84']
+    )
 
     html = logged_in(bob).get("/p/acme/targets/").content.decode()
 
@@ -111,10 +87,12 @@ def test_a_rewrite_shown_beside_the_original_is_escaped(bob, project):
 
 
 def test_the_tabs_count_the_feedback_in_each_state(bob, project):
-    _feedback_with(project, "t-1", ["Answer: 84."])
-    _feedback_with(project, "t-2", ["Answer: 84."])
-    chosen, (approved, _) = _feedback_with(project, "t-3", ["Answer: 84.", "Answer: 12 * 7 = 84."])
-    turned_down, _ = _feedback_with(project, "t-4", ["Hmm."])
+    feedback_with_proposals(project, "t-1", ["Answer: 84."])
+    feedback_with_proposals(project, "t-2", ["Answer: 84."])
+    chosen, (approved, _) = feedback_with_proposals(
+        project, "t-3", ["Answer: 84.", "Answer: 12 * 7 = 84."]
+    )
+    turned_down, _ = feedback_with_proposals(project, "t-4", ["Hmm."])
     client = logged_in(bob)
     url = "/p/acme/targets/feedback/{}/"
     client.post(url.format(chosen.pk), {"decision": "approve", "target": approved.pk})
@@ -129,7 +107,9 @@ def test_the_tabs_count_the_feedback_in_each_state(bob, project):
 
 
 def test_approving_says_how_many_sibling_proposals_it_rejected(bob, project):
-    feedback, (chosen, _, _) = _feedback_with(project, "t-1", ["Answer: 84.", "84.", "It is 84."])
+    feedback, (chosen, _, _) = feedback_with_proposals(
+        project, "t-1", ["Answer: 84.", "84.", "It is 84."]
+    )
 
     response = logged_in(bob).post(
         f"/p/acme/targets/feedback/{feedback.pk}/",
@@ -144,7 +124,7 @@ def test_approving_says_how_many_sibling_proposals_it_rejected(bob, project):
 
 
 def test_an_edit_says_how_many_sibling_proposals_it_rejected(bob, project):
-    feedback, (chosen, _) = _feedback_with(project, "t-1", ["Answer: 84.", "84."])
+    feedback, (chosen, _) = feedback_with_proposals(project, "t-1", ["Answer: 84.", "84."])
 
     response = logged_in(bob).post(
         f"/p/acme/targets/feedback/{feedback.pk}/",
@@ -158,7 +138,7 @@ def test_an_edit_says_how_many_sibling_proposals_it_rejected(bob, project):
 
 
 def test_approving_without_htmx_says_it_on_the_page_it_returns_to(bob, project):
-    feedback, (chosen, _) = _feedback_with(project, "t-1", ["Answer: 84.", "84."])
+    feedback, (chosen, _) = feedback_with_proposals(project, "t-1", ["Answer: 84.", "84."])
 
     response = logged_in(bob).post(
         f"/p/acme/targets/feedback/{feedback.pk}/",
@@ -172,7 +152,7 @@ def test_approving_without_htmx_says_it_on_the_page_it_returns_to(bob, project):
 
 
 def test_a_garbled_proposal_ranks_after_a_readable_one_passing_as_many_checks(bob, project):
-    feedback, (garbled, echo, readable) = _feedback_with(
+    feedback, (garbled, echo, readable) = feedback_with_proposals(
         project,
         "t-1",
         [
@@ -195,7 +175,7 @@ def test_a_garbled_proposal_ranks_after_a_readable_one_passing_as_many_checks(bo
 
 
 def test_a_readable_proposal_leads_a_garbled_one_passing_more_checks(bob, project):
-    feedback, (readable_failing, garbled_passing) = _feedback_with(
+    feedback, (readable_failing, garbled_passing) = feedback_with_proposals(
         project,
         "t-1",
         ["Well, the product is 84.", "<tool_response>Answer: 84</tool_response>"],
@@ -214,15 +194,15 @@ def test_a_readable_proposal_leads_a_garbled_one_passing_more_checks(bob, projec
 def mixed_feedback(project):
     """Two feedback items with a proposal passing every check, one whose proposals all fail a
     check, one with no checks at all, and one whose only passing proposal looks garbled."""
-    passing, passing_targets = _feedback_with(
+    passing, passing_targets = feedback_with_proposals(
         project, "t-1", ["Well, it is 84.", "Answer: 12 * 7 is 84.", "Answer: 84."], ANSWER_CHECKS
     )
-    also, also_targets = _feedback_with(project, "t-2", ["Answer: 84."], ANSWER_CHECKS)
-    failing, failing_targets = _feedback_with(
+    also, also_targets = feedback_with_proposals(project, "t-2", ["Answer: 84."], ANSWER_CHECKS)
+    failing, failing_targets = feedback_with_proposals(
         project, "t-3", ["Answer: it is 84.", "It is 84."], [{"kind": "max_words", "value": 1}]
     )
-    unchecked, unchecked_targets = _feedback_with(project, "t-4", ["Answer: 84."])
-    garbled, garbled_targets = _feedback_with(
+    unchecked, unchecked_targets = feedback_with_proposals(project, "t-4", ["Answer: 84."])
+    garbled, garbled_targets = feedback_with_proposals(
         project, "t-5", ["Answer: <tool_response>84</tool_response>"], ANSWER_CHECKS
     )
     return {
