@@ -11,11 +11,12 @@ SmolLM2's own template drops tool definitions and tool calls, so the model would
 own earlier calls; it is rendered with `TOOL_CHAT_TEMPLATE` instead (hermes style, the same text
 for plain conversations), and vLLM serves it with the same file (`training.vllm_server`).
 
-One difference is left: vLLM leaves the tool definitions out of a prompt whose request says
-tool_choice "none" (`--exclude-tools-when-tool-choice-none`), while a trace keeps one list of
-tools for all its turns, so a turn answered under "none" is trained with the definitions shown.
-On the full loop (a lesson on the demo agent's answer step) the adapter still carried it to 8
-of 8 new questions.
+vLLM leaves the tool definitions out of a prompt whose request says tool_choice "none"
+(`--exclude-tools-when-tool-choice-none`): callers pass the tools a turn's prompt showed (the
+product records them per turn), not a trace's whole list. Trained with the definitions shown,
+an answer step served without them learned a lesson that turned on their presence: the gate,
+which rendered them too, passed it 9 of 9 while the served adapter followed it on 0 of 8 new
+questions.
 
 Tool calls in a target turn: a template that renders `tool_calls` is used as is. A template that
 ignores them would train the student on an empty turn, so the calls are written as hermes text

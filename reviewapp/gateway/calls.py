@@ -450,6 +450,11 @@ def _history_unchanged(
     return running if running.hexdigest() == sent["raw"] else None
 
 
+def _offers_tools(request: dict) -> bool:
+    """Whether the call's prompt showed the model tool definitions (Trace.tools_shown)."""
+    return bool(request.get("tools")) and request.get("tool_choice") != "none"
+
+
 def _merge_tools(stored: list[dict], incoming: list) -> list[dict]:
     tools = {(t.get("function") or {}).get("name"): t for t in stored if isinstance(t, dict)}
     for tool in incoming if isinstance(incoming, list) else ():
@@ -622,6 +627,9 @@ def _record(call: RecordedCall, batch: _Batch) -> None:
     residual["messages"] = messages[row.request_prefix :]
     row.request = ModelCall.pack(residual)
     row.turn_index = stored_count + len(added) - 1 if answer else None
+    if answer and tools and not _offers_tools(call.request):
+        hidden = recording.get("turns_without_tools", [])
+        recording["turns_without_tools"] = [*hidden, row.turn_index]
 
     if added:
         recording["segments"] = recording.get("segments", 0) + 1

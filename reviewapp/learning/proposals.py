@@ -14,6 +14,7 @@ from reviewapp.projects.outbound import OutboundRefused, check_teacher_url
 from reviewapp.projects.project_settings import ProjectSettings, settings_for
 from reviewapp.review.feedback import mark_feedback_failed
 from reviewapp.review.models import Feedback, FeedbackStatus
+from reviewapp.traces.models import tools_shown
 from training.config import TrainingConfig
 
 # The teacher samples this many revisions per request, until one passes the feedback's checks
@@ -136,7 +137,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 prompt=prompt,
                 n=TEACHER_SAMPLES_PER_ROUND,
                 budget=TEACHER_BUDGET,
-                tools=body["tools"] or None,
+                tools=tools_shown(body, turn),
                 examples=examples,
             )
         except OutboundRefused as error:

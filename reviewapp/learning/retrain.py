@@ -32,7 +32,7 @@ from reviewapp.learning.models import (
 from reviewapp.learning.plan import run_plan
 from reviewapp.learning.runs import TransitionRefused, end_cancelled, fail, move
 from reviewapp.learning.selectors import final_answer, tags_by_trace
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Trace, tools_shown
 from training.config import TrainingConfig
 from training.eval_sets import feedback_kind
 
@@ -117,7 +117,7 @@ def _training_job(run: TrainingRun) -> "TrainingJob":
         .select_related("feedback__trace")
         .order_by("id")
     )
-    tools = _tools_by_trace([*targets, *held_out])
+    tools = _tools_shown_by_target([*targets, *held_out])
     good_traces = _good_traces(split["replay"]["good_trace_ids"])
     serving = plan.serving_adapter
     return TrainingJob(
@@ -170,11 +170,7 @@ def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
     from training.trainer import DistillItem, Example
 
     if config.mode == "sft":
-        return {
-            "examples": [
-                Example(t.student_context, t.target, tools[t.feedback.trace_id]) for t in targets
-            ]
-        }
+        return {"examples": [Example(t.student_context, t.target, tools[t.pk]) for t in targets]}
     items = []
     for target in targets:
         feedback = target.feedback.text
@@ -185,9 +181,7 @@ def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
             teacher_context = target.teacher_context
         else:
             teacher_context = hint_context(target.student_context, feedback)
-        items.append(
-            DistillItem(target.student_context, teacher_context, tools[target.feedback.trace_id])
-        )
+        items.append(DistillItem(target.student_context, teacher_context, tools[target.pk]))
     return {"items": items}
 
 
@@ -196,12 +190,15 @@ def _good_traces(trace_ids: list[int]) -> list[tuple[Trace, tuple]]:
     return [(trace, answer) for trace in traces if (answer := final_answer(trace)) is not None]
 
 
-def _tools_by_trace(targets: list) -> dict[int, list[dict] | None]:
+def _tools_shown_by_target(targets: list) -> dict[int, list[dict] | None]:
+    """Each target's tool definitions as its turn's prompt showed them (traces.tools_shown)."""
+    bodies: dict[int, dict] = {}
     tools: dict[int, list[dict] | None] = {}
     for target in targets:
         trace = target.feedback.trace
-        if trace.pk not in tools:
-            tools[trace.pk] = trace.body_json()["tools"] or None
+        if trace.pk not in bodies:
+            bodies[trace.pk] = trace.body_json()
+        tools[target.pk] = tools_shown(bodies[trace.pk], target.turn)
     return tools
 
 
@@ -229,7 +226,7 @@ def _feedback_items(
             "teacher_context": hint_context(target.student_context, target.feedback.text),
             "checks": target.feedback.checks,
             "original": target.original,
-            "tools": tools[target.feedback.trace_id],
+            "tools": tools[target.pk],
             "lesson": target.feedback.text,
             "learned_by_serving": feedback_kind(target.feedback.text) in learned_by_serving,
         }

@@ -5,7 +5,7 @@ from django.db.models import Q, QuerySet
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
 from reviewapp.review.models import TraceTag
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Trace, tools_shown
 
 # Recent traces that went well, for the forgetting guard and the gate's drift check.
 GOOD_TRACES = 8
@@ -49,7 +49,7 @@ def final_answer(trace: Trace) -> tuple[list[dict], dict, list[dict] | None] | N
             and message.get("content")
             and not message.get("tool_calls")
         ):
-            return messages[:turn], message, body["tools"] or None
+            return messages[:turn], message, tools_shown(body, turn)
     return None
 
 

@@ -83,6 +83,7 @@ class Trace(models.Model):
     # The gateway recorder's bookkeeping, so a call appends without reading the body:
     # "segments": TraceSegment rows holding messages recorded since the body was last packed,
     # "tools": the trace's tool definitions (they live here while it is recorded),
+    # "turns_without_tools": assistant turns whose call offered the model none (see tools_shown),
     # "error_chars": length of the tool-error part that leads `search_text`.
     recording = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -132,7 +133,8 @@ class Trace(models.Model):
         return zlib.compress(orjson.dumps({"messages": messages, "tools": tools}), 1)
 
     def body_json(self) -> dict:
-        """{"messages", "tools"}: the packed body plus what the gateway appended since."""
+        """{"messages", "tools"}: the packed body plus what the gateway appended since, and
+        "turns_without_tools" where the gateway recorded any (see `tools_shown`)."""
         body = (
             orjson.loads(zlib.decompress(bytes(self.body)))
             if self.body
@@ -141,10 +143,23 @@ class Trace(models.Model):
         recording = self.recording or {}
         if "tools" in recording:
             body["tools"] = recording["tools"]
+        if recording.get("turns_without_tools"):
+            body["turns_without_tools"] = recording["turns_without_tools"]
         if recording.get("segments"):
             for blob in self.segments.order_by("id").values_list("messages", flat=True):
                 body["messages"].extend(orjson.loads(zlib.decompress(bytes(blob))))
         return body
+
+
+def tools_shown(body: dict, turn: int) -> list[dict] | None:
+    """The tool definitions the model's prompt held when it wrote message `turn` of a trace's
+    body: the trace's, unless the gateway recorded that call offering none (no tools in the
+    request, or tool_choice "none", which the model servers Apprentice starts render without
+    them: vLLM's --exclude-tools-when-tool-choice-none). Training, the teacher and the gate
+    render a turn with these, so they see the prompt that was served."""
+    if turn in body.get("turns_without_tools", ()):
+        return None
+    return body["tools"] or None
 
 
 class TraceSegment(models.Model):

@@ -24,7 +24,7 @@ from reviewapp.gateway.recorder import CallRecorder
 from reviewapp.monitors.facts import facts_of
 from reviewapp.traces import ingest
 from reviewapp.traces.ingest import search_text
-from reviewapp.traces.models import Trace, TraceSegment
+from reviewapp.traces.models import Trace, TraceSegment, tools_shown
 
 TOOLS = [
     {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},
@@ -272,6 +272,36 @@ def test_a_new_tool_joins_the_trace_and_each_call_keeps_the_tools_it_sent(projec
     first, second = ModelCall.objects.order_by("id")
     assert first.request_json()["tools"] == TOOLS
     assert second.request_json()["tools"] == more
+
+
+@pytest.mark.django_db
+def test_an_answer_asked_for_without_tools_is_recorded_as_shown_none(project, enqueued):
+    """The demo agent's shape: a call offering tools, then the answer under tool_choice "none"
+    (vLLM renders that prompt without the definitions), then one sending no tools at all."""
+    messages = [{"role": "user", "content": "Run the tests."}]
+    record_model_call(call_of(project, messages, answer(0), trace_id="t"))
+    messages = [*messages, answer(0), {"role": "tool", "tool_call_id": "call-0", "content": "ok"}]
+    under_none = call_of(project, messages, answer(1, final=True), trace_id="t")
+    under_none.request["tool_choice"] = "none"
+    record_model_call(under_none)
+    messages = [*messages, answer(1, final=True), {"role": "user", "content": "Thanks."}]
+    without_tools = call_of(project, messages, answer(2, final=True), trace_id="t")
+    del without_tools.request["tools"]
+    record_model_call(without_tools)
+    trace = Trace.objects.get()
+    calls.settle_traces(trace_ids=[trace.pk], force=True)  # packed: still known
+
+    body = Trace.objects.get().body_json()
+    assert [tools_shown(body, turn) for turn in (1, 3, 5)] == [TOOLS, None, None]
+    assert body["tools"] == TOOLS  # the trace's tools are unchanged
+
+
+@pytest.mark.django_db
+def test_a_pushed_trace_shows_its_tools_at_every_turn(project):
+    ingest.ingest_traces(project=project, raw_items=[{"external_id": "pushed", "tools": TOOLS,
+        "messages": [{"role": "user", "content": "Go."}, answer(0, final=True)]}])  # fmt: skip
+
+    assert tools_shown(Trace.objects.get().body_json(), 1) == TOOLS
 
 
 @pytest.mark.django_db

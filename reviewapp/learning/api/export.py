@@ -13,7 +13,7 @@ from reviewapp.learning.dataset import TrainingSet, build_training_set
 from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope, Project
 from reviewapp.review.models import Feedback, TraceTag
-from reviewapp.traces.models import FAILURE_TERMINATIONS, Trace, TraceSource
+from reviewapp.traces.models import FAILURE_TERMINATIONS, Trace, TraceSource, tools_shown
 
 router = Router(tags=["export"])
 
@@ -26,7 +26,7 @@ class ExportFilters(Schema):
     include: str = "learned"
 
 
-def _line(messages: list[dict], tools: list[dict]) -> bytes:
+def _line(messages: list[dict], tools: list[dict] | None) -> bytes:
     record: dict = {"messages": messages}
     if tools:
         record["tools"] = tools
@@ -67,16 +67,16 @@ def _export_lines(
     for feedback in corrected.select_related("trace").order_by("id").iterator(chunk_size=200):
         body = feedback.trace.body_json()
         context = _before_the_lesson(body["messages"][: feedback.turn])
-        yield _line([*context, feedback.correction], body["tools"])
-    tools_by_trace: dict[int, list] = {}
+        yield _line([*context, feedback.correction], tools_shown(body, feedback.turn))
+    bodies: dict[int, dict] = {}
     for target in training_set.targets:
         if target.source == "correction":  # exported above, from its feedback
             continue
         trace_id = target.feedback.trace_id
-        if trace_id not in tools_by_trace:
-            tools_by_trace[trace_id] = Trace.objects.get(pk=trace_id).body_json()["tools"]
+        if trace_id not in bodies:
+            bodies[trace_id] = Trace.objects.get(pk=trace_id).body_json()
         context = _before_the_lesson(target.student_context)
-        yield _line([*context, target.target], tools_by_trace[trace_id])
+        yield _line([*context, target.target], tools_shown(bodies[trace_id], target.turn))
     if filters.include == "reviewed":
         reviewed_good = (
             # A timed-out or tool-failed episode counts as a failure, whatever it reported.
