@@ -62,6 +62,11 @@ def _rate(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
+def _ratio(part: str, whole: str) -> property:
+    """A property: the count named `part` over the count named `whole`, None while it is 0."""
+    return property(lambda stats: _rate(getattr(stats, part), getattr(stats, whole)))
+
+
 @dataclass(frozen=True)
 class Version:
     """A model version as the traces name it: the served model and the adapter that answered."""
@@ -90,9 +95,7 @@ class ToolStats:
     failing_traces: int = 0  # traces with at least one of these errors
     error_examples: list[int] = field(default_factory=list)  # newest failing trace ids
 
-    @property
-    def error_rate(self) -> float | None:
-        return _rate(self.errors, self.calls)
+    error_rate = _ratio("errors", "calls")
 
 
 @dataclass
@@ -123,27 +126,18 @@ class GroupStats:
     # Per tool, filled for the version groups (not per bucket).
     tools: dict[str, ToolStats] = field(default_factory=lambda: defaultdict(ToolStats))
 
-    @property
-    def tool_error_rate(self) -> float | None:
-        return _rate(self.tool_errors, self.tool_results)
-
-    @property
-    def words_per_answer(self) -> float | None:
-        return _rate(self.answer_words, self.answers)
+    tool_error_rate = _ratio("tool_errors", "tool_results")
+    words_per_answer = _ratio("answer_words", "answers")
+    completion_tokens = _ratio("tokens_total", "tokens_reported")
+    reward = _ratio("reward_total", "rewarded")
+    tool_calls_per_trace = _ratio("tool_calls", "traces")
+    feedback_rate = _ratio("with_feedback", "traces")
 
     @property
     def error_examples(self) -> list[int]:
         """The newest traces with a failed tool call, oldest of them first."""
         ids = sorted({i for stats in self.tools.values() for i in stats.error_examples})
         return ids[-EXAMPLES_KEPT:]
-
-    @property
-    def completion_tokens(self) -> float | None:
-        return _rate(self.tokens_total, self.tokens_reported)
-
-    @property
-    def reward(self) -> float | None:
-        return _rate(self.reward_total, self.rewarded)
 
     @property
     def timeout_rate(self) -> float | None:
@@ -159,16 +153,8 @@ class GroupStats:
         return _rate(self.terminations.get(Termination.TOOL_ERROR, 0), self.traces)
 
     @property
-    def tool_calls_per_trace(self) -> float | None:
-        return _rate(self.tool_calls, self.traces)
-
-    @property
     def success_rate(self) -> float | None:
         return _rate(self.succeeded, self.succeeded + self.failed)
-
-    @property
-    def feedback_rate(self) -> float | None:
-        return _rate(self.with_feedback, self.traces)
 
     def rate_of(self, terminations: tuple[str, ...]) -> float | None:
         return _rate(sum(self.terminations.get(name, 0) for name in terminations), self.traces)

@@ -195,6 +195,13 @@ def _feedback_panel_after(
     return trigger_client_event(response, REVIEW_CHANGED) if changed else response
 
 
+def _feedback_panel_saved(request: HttpRequest, membership, trace, saved) -> HttpResponse:
+    """After a feedback is saved or put back: the panel says so, and a plain post lands on it."""
+    return _feedback_panel_after(
+        request, membership, trace, anchor=f"feedback-{saved.pk}", notes={"saved": saved}
+    )
+
+
 def _review_context(request: HttpRequest, membership, trace) -> dict:
     my_tag_ids = set(
         TraceTag.objects.filter(trace=trace, reviewer=request.user).values_list("tag_id", flat=True)
@@ -361,9 +368,7 @@ def trace_add_feedback(request: HttpRequest, slug: str, trace_id: int) -> HttpRe
     if form.errors:
         context = {**_review_context(request, membership, trace), "feedback_form": form}
         return render(request, "traces/detail.html#feedback-panel", context, status=422)
-    return _feedback_panel_after(
-        request, membership, trace, anchor=f"feedback-{saved.pk}", notes={"saved": saved}
-    )
+    return _feedback_panel_saved(request, membership, trace, saved)
 
 
 @require_POST
@@ -395,9 +400,7 @@ def feedback_undo_delete(
         feedback = undo_feedback_delete(deleted=deleted)
     except FeedbackError as error:
         return _feedback_panel_after(request, membership, trace, notes={"undo_error": str(error)})
-    return _feedback_panel_after(
-        request, membership, trace, anchor=f"feedback-{feedback.pk}", notes={"saved": feedback}
-    )
+    return _feedback_panel_saved(request, membership, trace, feedback)
 
 
 @require_POST

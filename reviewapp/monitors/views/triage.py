@@ -29,11 +29,12 @@ SIMILAR_SHOWN = 10
 MAX_CLUSTERS = 30
 
 
-def _get_rule_for_membership(membership: Membership, rule_id: int) -> TriageRule:
+def _get_rule_for_admin(user, slug: str, rule_id: int) -> tuple[Membership, TriageRule]:
+    membership = get_admin_membership_for_user(user, slug)
     rule = TriageRule.objects.filter(project=membership.project, pk=rule_id).first()
     if rule is None:
         raise Http404("no such rule")
-    return rule
+    return membership, rule
 
 
 def _page(membership: Membership, **context) -> dict:
@@ -92,8 +93,7 @@ def _back_to_rules(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def triage_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
-    membership = get_admin_membership_for_user(request.user, slug)
-    rule = _get_rule_for_membership(membership, rule_id)
+    membership, rule = _get_rule_for_admin(request.user, slug, rule_id)
     form = TriageRuleForm(instance=rule, project=membership.project)
     status = 200
     if request.method == "POST":
@@ -118,8 +118,7 @@ def triage_rule_edit(request: HttpRequest, slug: str, rule_id: int) -> HttpRespo
 @login_required
 def triage_rule_run(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
     """Run now: the worker applies the rule to every stored trace it has not looked at."""
-    membership = get_admin_membership_for_user(request.user, slug)
-    rule = _get_rule_for_membership(membership, rule_id)
+    membership, rule = _get_rule_for_admin(request.user, slug, rule_id)
     if not rule.enabled:
         return HttpResponse("enable the rule before running it", status=409)
     jobs.enqueue_on_commit(jobs.RUN_TRIAGE_RULE, rule.pk)

@@ -36,6 +36,12 @@ def render_members(
     return render(request, "projects/members.html", context, status=status)
 
 
+def _get_member_for_admin(user, slug: str, member_id: int) -> tuple[Membership, Membership]:
+    """The admin's membership, and the membership of the same project they change."""
+    admin = get_admin_membership_for_user(user, slug)
+    return admin, get_member_for_membership(admin, member_id)
+
+
 @login_required
 def members(request: HttpRequest, slug: str) -> HttpResponse:
     admin = get_admin_membership_for_user(request.user, slug)
@@ -55,8 +61,7 @@ def members(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @login_required
 def member_role(request: HttpRequest, slug: str, member_id: int) -> HttpResponse:
-    admin = get_admin_membership_for_user(request.user, slug)
-    member = get_member_for_membership(admin, member_id)
+    admin, member = _get_member_for_admin(request.user, slug, member_id)
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
         return render_members(request, admin, error="choose admin, reviewer or viewer", status=422)
@@ -70,8 +75,7 @@ def member_role(request: HttpRequest, slug: str, member_id: int) -> HttpResponse
 @require_POST
 @login_required
 def member_remove(request: HttpRequest, slug: str, member_id: int) -> HttpResponse:
-    admin = get_admin_membership_for_user(request.user, slug)
-    member = get_member_for_membership(admin, member_id)
+    admin, member = _get_member_for_admin(request.user, slug, member_id)
     try:
         remove_member(membership=member)
     except MemberError as error:
