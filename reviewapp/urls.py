@@ -9,7 +9,7 @@ from reviewapp.monitors.views import monitors, triage
 from reviewapp.projects.views import invitations, members
 from reviewapp.projects.views import keys as api_keys
 from reviewapp.projects.views import settings as project_settings
-from reviewapp.review.views import queues
+from reviewapp.review.views import bulk, queues
 from reviewapp.review.views import tags as projects
 from reviewapp.traces import views as traces
 
@@ -29,6 +29,15 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(f"{project}traces/", traces.trace_list, name="trace_list"),
+    path(f"{project}traces/views/", traces.saved_view_create, name="saved_view_create"),
+    path(
+        f"{project}traces/views/<int:view_id>/delete/",
+        traces.saved_view_delete,
+        name="saved_view_delete",
+    ),
+    path(f"{project}traces/bulk/tag/", bulk.traces_bulk_tag, name="traces_bulk_tag"),
+    path(f"{project}traces/bulk/queue/", bulk.traces_bulk_queue, name="traces_bulk_queue"),
+    path(f"{project}traces/bulk/feedback/", bulk.traces_bulk_feedback, name="traces_bulk_feedback"),
     path(f"{trace}", traces.trace_detail, name="trace_detail"),
     path(f"{trace}tags/<int:tag_id>/", traces.trace_toggle_tag, name="trace_toggle_tag"),
     path(f"{trace}tags/undo/", traces.trace_undo_untag, name="trace_undo_untag"),
