@@ -261,7 +261,7 @@ class BulkQueueForm(BulkActionForm):
 
 class BulkFeedbackForm(BulkActionForm):
     text = forms.CharField(
-        label="Feedback on each whole trace",
+        label="Feedback for each (about the trace, not one turn)",
         widget=forms.Textarea(attrs={"rows": 2}),
         max_length=MAX_FEEDBACK_TEXT_LENGTH,
     )

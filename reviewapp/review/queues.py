@@ -113,8 +113,8 @@ def add_traces_to_queue(*, queue: Queue, traces: list[Trace]) -> int:
     held = queue.items.count()
     if held + len(new) > MAX_QUEUE_ITEMS:
         raise QueueError(
-            f"“{queue.name}” holds {held} traces; {len(new)} more would pass the "
-            f"{MAX_QUEUE_ITEMS} a queue holds"
+            f"“{queue.name}” holds {held} of the {MAX_QUEUE_ITEMS} traces a queue can; "
+            f"{len(new)} more would not fit"
         )
     last = queue.items.aggregate(last=Max("position"))["last"] or 0
     QueueItem.objects.bulk_create(

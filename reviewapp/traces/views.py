@@ -219,7 +219,7 @@ def saved_view_create(request: HttpRequest, slug: str) -> HttpResponse:
     messages.success(
         request, f"Saved the view “{saved.name}”{' for the project' if saved.shared else ''}."
     )
-    return redirect(_list_url(membership, saved.query))
+    return redirect(trace_list_url(membership.project, saved.query))
 
 
 def _get_deletable_saved_view_for_user(
@@ -240,13 +240,15 @@ def saved_view_delete(request: HttpRequest, slug: str, view_id: int) -> HttpResp
     membership, saved = _get_deletable_saved_view_for_user(request.user, slug, view_id)
     saved.delete()
     messages.success(request, f"Deleted the view “{saved.name}”.")
-    return redirect(_list_url(membership, filter_query(request.POST)))
+    return redirect(trace_list_url(membership.project, request.POST.get("filters", "")))
 
 
-def _list_url(membership: Membership, query: str) -> str:
-    """The trace list with these filters (a query string, maybe empty)."""
-    page = reverse("trace_list", args=[membership.project.slug])
-    return f"{page}?{query}" if query else page
+def trace_list_url(project: Project, query: str) -> str:
+    """The trace list filtered by the filter fields of `query` (a query string; the forms
+    that post from the list send theirs as `filters`)."""
+    page = reverse("trace_list", args=[project.slug])
+    filters = filter_query(QueryDict(query))
+    return f"{page}?{filters}" if filters else page
 
 
 def first_run_steps(project: Project) -> list[dict] | None:

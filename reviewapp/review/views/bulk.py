@@ -5,7 +5,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect
-from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from reviewapp.projects.access import (
@@ -23,9 +22,8 @@ from reviewapp.review.forms import (
 from reviewapp.review.queues import QueueError, add_traces_to_queue
 from reviewapp.review.tags import tag_traces
 from reviewapp.traces.access import get_traces_for_membership
-from reviewapp.traces.filters import filter_query
 from reviewapp.traces.models import Trace
-from reviewapp.traces.views import render_trace_list
+from reviewapp.traces.views import render_trace_list, trace_list_url
 
 
 def _get_ticked_traces_for_user(
@@ -48,9 +46,7 @@ def _refused(request: HttpRequest, membership: Membership, form: BulkActionForm)
 def _done(request: HttpRequest, membership: Membership, summary: str) -> HttpResponse:
     """Back to the list as it was filtered, saying what was done."""
     messages.success(request, summary)
-    page = reverse("trace_list", args=[membership.project.slug])
-    filters = filter_query(QueryDict(request.POST.get("filters", "")))
-    return redirect(f"{page}?{filters}" if filters else page)
+    return redirect(trace_list_url(membership.project, request.POST.get("filters", "")))
 
 
 def _traces(count: int) -> str:
