@@ -239,7 +239,10 @@ class BulkActionForm(forms.Form):
 
 class BulkTagForm(BulkActionForm):
     tag = forms.ModelChoiceField(
-        queryset=Tag.objects.none(), empty_label="choose a tag", label="Add the tag"
+        queryset=Tag.objects.none(),
+        empty_label="choose a tag",
+        label="Add the tag",
+        error_messages={"required": "Choose the tag to add."},
     )
 
     def __init__(self, *args, project: Project, **kwargs):
@@ -249,7 +252,10 @@ class BulkTagForm(BulkActionForm):
 
 class BulkQueueForm(BulkActionForm):
     queue = forms.ModelChoiceField(
-        queryset=Queue.objects.none(), empty_label="choose a queue", label="Add to the queue"
+        queryset=Queue.objects.none(),
+        empty_label="choose a queue",
+        label="Add to the queue",
+        error_messages={"required": "Choose the queue to add them to."},
     )
 
     def __init__(self, *args, project: Project, **kwargs):
@@ -264,4 +270,5 @@ class BulkFeedbackForm(BulkActionForm):
         label="Feedback for each (about the trace, not one turn)",
         widget=forms.Textarea(attrs={"rows": 2}),
         max_length=MAX_FEEDBACK_TEXT_LENGTH,
+        error_messages={"required": "Write the feedback to add to each."},
     )

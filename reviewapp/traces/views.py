@@ -149,8 +149,8 @@ def render_trace_list(
         "traces": page,
         "next_query": next_query,
         "filter_query": filter_query(query),
-        # A failed bulk action keeps its ticks.
         "bulk_form": bulk_form,
+        # A refused bulk action shows the list with the same traces ticked.
         "selected_ids": {trace.pk for trace in bulk_form.traces} if bulk_form else set(),
     }
     if request.htmx and request.htmx.target == "more-row":

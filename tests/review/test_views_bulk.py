@@ -122,6 +122,7 @@ def test_a_refused_action_shows_the_list_with_the_ticks_kept(bob, traces):
     response = logged_in(bob).post(TAG, ticked(traces[1]))  # no tag chosen
     assert response.status_code == 422
     html = response.content.decode()
+    assert "Choose the tag to add." in html
     assert f'value="{traces[1].pk}" form="bulk-actions" checked>' in html
     assert f'value="{traces[0].pk}" form="bulk-actions">' in html
 
