@@ -12,7 +12,7 @@ from reviewapp.monitors.views import monitors, triage
 from reviewapp.projects.views import invitations, members
 from reviewapp.projects.views import keys as api_keys
 from reviewapp.projects.views import settings as project_settings
-from reviewapp.review.views import queues
+from reviewapp.review.views import bulk, queues
 from reviewapp.review.views import tags as projects
 from reviewapp.traces import views as traces
 
@@ -38,6 +38,11 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     page(f"{project}traces/", traces.trace_list),
+    page(f"{project}traces/views/", traces.saved_view_create),
+    page(f"{project}traces/views/<int:view_id>/delete/", traces.saved_view_delete),
+    page(f"{project}traces/bulk/tag/", bulk.traces_bulk_tag),
+    page(f"{project}traces/bulk/queue/", bulk.traces_bulk_queue),
+    page(f"{project}traces/bulk/feedback/", bulk.traces_bulk_feedback),
     page(f"{trace}", traces.trace_detail),
     page(f"{trace}tags/<int:tag_id>/", traces.trace_toggle_tag),
     page(f"{trace}tags/undo/", traces.trace_undo_untag),

@@ -443,6 +443,22 @@ def undo_feedback_delete(*, deleted: DeletedFeedback) -> Feedback:
     return feedback
 
 
+@transaction.atomic
+def record_feedback_on_traces(*, traces: list[Trace], text: str, reviewer) -> int:
+    """The reviewer's feedback about the whole trace on every one of the traces, all or none
+    (the trace list's bulk action); returns how many got it new (a trace that already has the
+    same feedback from this reviewer keeps the one)."""
+    if len({trace.project_id for trace in traces}) > 1:
+        raise FeedbackError("feedback goes on traces of one project at a time")
+    written = 0
+    for trace in traces:
+        _, created = record_feedback(
+            trace=trace, text=text, reviewer=reviewer, author=reviewer.get_username()
+        )
+        written += created
+    return written
+
+
 @dataclass(frozen=True)
 class AppliedFeedback:
     created: list[Feedback]

@@ -1,15 +1,17 @@
-"""The review wing's HTML forms: feedback on a trace, a new queue."""
+"""The review wing's HTML forms: feedback on a trace, a new queue, the trace list's bulk
+actions."""
 
 import json
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.http import QueryDict
 
-from reviewapp.projects.models import Role
+from reviewapp.projects.models import Project, Role
 from reviewapp.review.feedback import MAX_FEEDBACK_TEXT_LENGTH
+from reviewapp.review.models import Queue, Tag
 from reviewapp.review.queues import MAX_QUEUE_ITEMS
-from reviewapp.traces.filters import TraceFilterForm
+from reviewapp.traces.filters import TraceFilterForm, filter_query
+from reviewapp.traces.models import Trace
 from reviewapp.traces.rendering import TurnView
 from training.checks import check_problem
 
@@ -203,9 +205,70 @@ class QueueForm(TraceFilterForm):
 
     def filter_query(self) -> str:
         """The filters as a trace-list query string, so the queue links back to its traces."""
-        query = QueryDict(mutable=True)
-        for name in TraceFilterForm.base_fields:
-            values = [value for value in self.data.getlist(name) if value]
-            if values:
-                query.setlist(name, values)
-        return query.urlencode()
+        return filter_query(self.data)
+
+
+# The most traces one bulk action takes: a page of the list and the pages scrolled in after it.
+MAX_BULK_TRACES = 500
+
+
+class BulkActionForm(forms.Form):
+    """What to do to the traces ticked on the trace list (looked up by the view, so another
+    project's trace is a 404 before any form sees it). The three actions share one form on
+    the page, each with its own button: no field is marked required there."""
+
+    use_required_attribute = False
+    prefix = "bulk"
+
+    def __init__(self, *args, project: Project, traces: list[Trace], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        self.traces = traces
+
+    def clean(self):
+        if not self.traces:
+            raise forms.ValidationError(
+                "No traces selected: tick the traces to act on (or “select all on this page”)."
+            )
+        if len(self.traces) > MAX_BULK_TRACES:
+            raise forms.ValidationError(
+                f"{len(self.traces)} traces selected; one action takes at most {MAX_BULK_TRACES}."
+            )
+        return super().clean()
+
+
+class BulkTagForm(BulkActionForm):
+    tag = forms.ModelChoiceField(
+        queryset=Tag.objects.none(),
+        empty_label="choose a tag",
+        label="Add the tag",
+        error_messages={"required": "Choose the tag to add."},
+    )
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, project=project, **kwargs)
+        self.fields["tag"].queryset = Tag.objects.filter(project=project).order_by("name")
+
+
+class BulkQueueForm(BulkActionForm):
+    queue = forms.ModelChoiceField(
+        queryset=Queue.objects.none(),
+        empty_label="choose a queue",
+        label="Add to the queue",
+        error_messages={"required": "Choose the queue to add them to."},
+    )
+
+    def __init__(self, *args, project: Project, **kwargs):
+        super().__init__(*args, project=project, **kwargs)
+        self.fields["queue"].queryset = Queue.objects.filter(project=project).order_by(
+            "-created_at", "-id"
+        )
+
+
+class BulkFeedbackForm(BulkActionForm):
+    text = forms.CharField(
+        label="Feedback for each (about the trace, not one turn)",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=MAX_FEEDBACK_TEXT_LENGTH,
+        error_messages={"required": "Write the feedback to add to each."},
+    )

@@ -13,6 +13,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     IntegerField,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -26,6 +27,7 @@ from django.utils import timezone
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus
 from reviewapp.traces.filters import filtered_traces
+from reviewapp.traces.models import Trace
 
 # More than this is a backlog, not a queue; sample it down instead.
 MAX_QUEUE_ITEMS = 5000
@@ -94,6 +96,32 @@ def build_queue(
         for position, trace_id in enumerate(trace_ids, start=1)
     )
     return queue
+
+
+@transaction.atomic
+def add_traces_to_queue(*, queue: Queue, traces: list[Trace]) -> int:
+    """Append the traces to the end of the queue, in the order given, all or none (the trace
+    list's bulk action); one already in it keeps its place. Returns how many were added."""
+    if any(trace.project_id != queue.project_id for trace in traces):
+        raise QueueError("a queue holds traces of its own project only")
+    # Locked so that two additions at once do not hand out the same positions.
+    Queue.objects.select_for_update().filter(pk=queue.pk).first()
+    present = set(
+        QueueItem.objects.filter(queue=queue, trace__in=traces).values_list("trace_id", flat=True)
+    )
+    new = list({trace.pk: trace for trace in traces if trace.pk not in present}.values())
+    held = queue.items.count()
+    if held + len(new) > MAX_QUEUE_ITEMS:
+        raise QueueError(
+            f"“{queue.name}” holds {held} of the {MAX_QUEUE_ITEMS} traces a queue can; "
+            f"{len(new)} more would not fit"
+        )
+    last = queue.items.aggregate(last=Max("position"))["last"] or 0
+    QueueItem.objects.bulk_create(
+        QueueItem(queue=queue, trace=trace, position=position)
+        for position, trace in enumerate(new, start=last + 1)
+    )
+    return len(new)
 
 
 def _claims_by_others(reviewer, now: datetime) -> Q:

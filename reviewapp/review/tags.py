@@ -39,6 +39,15 @@ def add_tag(*, trace: Trace, tag: Tag, reviewer=None) -> bool:
     return created
 
 
+@transaction.atomic
+def tag_traces(*, traces: list[Trace], tag: Tag, reviewer) -> int:
+    """Put the reviewer's tag on every one of the traces, all or none (the trace list's bulk
+    action); returns how many did not carry it from this reviewer before."""
+    if any(trace.project_id != tag.project_id for trace in traces):
+        raise TagError("a tag goes on traces of its own project only")
+    return sum(add_tag(trace=trace, tag=tag, reviewer=reviewer) for trace in traces)
+
+
 def remove_tag(*, trace: Trace, tag: Tag, reviewer=None) -> bool:
     """Take the reviewer's tag (None: an API key's) off the trace; others' stay. True when it
     was on."""

@@ -6,6 +6,7 @@ from datetime import datetime, time
 
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import QueryDict
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -84,6 +85,17 @@ class TraceFilterForm(forms.Form):
     def __init__(self, *args, project: Project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tag"].queryset = Tag.objects.filter(project=project).order_by("name")
+
+
+def filter_query(data: QueryDict) -> str:
+    """The trace-list filters in `data` as a query string: filter fields only (no cursor, no
+    other form's fields), blanks left out. A queue and a saved view keep their filters so."""
+    query = QueryDict(mutable=True)
+    for name in TraceFilterForm.base_fields:
+        values = [value for value in data.getlist(name) if value]
+        if values:
+            query.setlist(name, values)
+    return query.urlencode()
 
 
 def _day_start(day) -> datetime:

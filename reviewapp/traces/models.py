@@ -3,8 +3,10 @@
 import zlib
 
 import orjson
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from reviewapp.projects.models import Project
@@ -178,3 +180,27 @@ class TraceOutcome(models.TextChoices):
     SUCCESS = "success"
     FAILURE = "failure"
     NONE = "none"  # no outcome reported
+
+
+class SavedView(models.Model):
+    """Trace-list filters a reviewer named: private to them, or shared with the project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="saved_views")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    # The trace list's query string (its filter fields only), as the list's own links write it.
+    query = models.CharField(max_length=2000, blank=True)
+    shared = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # One view of a name per owner, whatever its case ("Timeouts" and "timeouts" would
+            # sit side by side in the list, telling the reader nothing).
+            models.UniqueConstraint(
+                "project", "owner", Lower("name"), name="savedview_name_per_owner"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

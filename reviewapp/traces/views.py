@@ -3,10 +3,12 @@
 import json
 from datetime import datetime
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core import signing
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, OuterRef, Prefetch
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -31,7 +33,13 @@ from reviewapp.review.feedback import (
     retry_feedback,
     undo_feedback_delete,
 )
-from reviewapp.review.forms import FeedbackForm
+from reviewapp.review.forms import (
+    BulkActionForm,
+    BulkFeedbackForm,
+    BulkQueueForm,
+    BulkTagForm,
+    FeedbackForm,
+)
 from reviewapp.review.models import (
     CopiedFeedback,
     DeletedFeedback,
@@ -44,16 +52,23 @@ from reviewapp.review.models import (
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.review.tags import restore_tag, toggle_tag
 from reviewapp.review.views.queues import queue_context
-from reviewapp.traces.access import get_trace_for_membership
+from reviewapp.traces.access import (
+    get_saved_view_for_membership,
+    get_trace_for_membership,
+    saved_views_for_membership,
+)
 from reviewapp.traces.filters import (
     TraceFilterForm,
     after_cursor,
     cursor_for,
+    filter_query,
     filtered_traces,
     search_matches,
 )
-from reviewapp.traces.models import Termination, Trace
+from reviewapp.traces.forms import SavedViewForm
+from reviewapp.traces.models import SavedView, Termination, Trace
 from reviewapp.traces.rendering import conversation, tool_definitions
+from reviewapp.traces.saved_views import SavedViewError, save_view
 
 PAGE_SIZE = 50
 # Sent with a changed feedback panel: the trace page's "more like this" reloads, so its
@@ -88,12 +103,28 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     membership = get_membership_for_user(request.user, slug)
-    form = TraceFilterForm(request.GET or None, project=membership.project)
+    return render_trace_list(request, membership, request.GET)
+
+
+def render_trace_list(
+    request: HttpRequest,
+    membership: Membership,
+    query: QueryDict,
+    *,
+    status: int = 200,
+    saved_view_form: SavedViewForm | None = None,
+    bulk_form: BulkActionForm | None = None,
+) -> HttpResponse:
+    """The trace list for the filters in `query` (the page, its results for an htmx filter
+    request, or the next rows). A saved view or bulk action that failed comes back through
+    here with its bound form, its errors shown, at `status`."""
+    project = membership.project
+    form = TraceFilterForm(query or None, project=project)
     filters = form.cleaned_data if form.is_valid() else {}
     sort = filters.get("sort") or "newest"
-    traces = filtered_traces(membership.project, filters)
-    if request.GET.get("cursor"):
-        traces = after_cursor(traces, sort, request.GET["cursor"])
+    traces = filtered_traces(project, filters)
+    if query.get("cursor"):
+        traces = after_cursor(traces, sort, query["cursor"])
     page = list(
         traces.defer("body", "metadata", "search_text")
         .annotate(feedback_count=Count("feedback"))
@@ -104,28 +135,120 @@ def trace_list(request: HttpRequest, slug: str) -> HttpResponse:
     next_query = None
     if len(page) > PAGE_SIZE:
         page = page[:PAGE_SIZE]
-        query = request.GET.copy()
-        query["cursor"] = cursor_for(page[-1], sort)
-        next_query = query.urlencode()
+        more = query.copy()
+        more["cursor"] = cursor_for(page[-1], sort)
+        next_query = more.urlencode()
     if filters.get("q"):  # where each listed trace matched, for this page's rows only
         matches = search_matches(page, filters["q"])
         for trace in page:
             trace.search_match = matches.get(trace.pk)
     context = {
         "membership": membership,
-        "project": membership.project,
+        "project": project,
         "form": form,
         "traces": page,
         "next_query": next_query,
-        "filter_query": _without_cursor(request),
+        "filter_query": filter_query(query),
+        "bulk_form": bulk_form,
+        # A refused bulk action shows the list with the same traces ticked.
+        "selected_ids": {trace.pk for trace in bulk_form.traces} if bulk_form else set(),
     }
     if request.htmx and request.htmx.target == "more-row":
-        return render(request, "traces/list.html#trace-rows", context)
+        return render(request, "traces/list.html#trace-rows", context, status=status)
+    context.update(
+        _list_forms(
+            membership,
+            context["filter_query"],
+            saved_view_form=saved_view_form,
+            bulk_form=bulk_form,
+        )
+    )
+    context["saved_views"] = saved_views_for_membership(membership)
     if not request.htmx:
-        context["first_run"] = first_run_steps(membership.project)
+        context["first_run"] = first_run_steps(project)
     # Every trace the filters match, not the page's: the figure a monitor link promises.
-    context["matching"] = filtered_traces(membership.project, filters).count()
-    return render_page(request, "traces/list.html", context, fragment="trace-results")
+    context["matching"] = filtered_traces(project, filters).count()
+    return render_page(
+        request, "traces/list.html", context, fragment="trace-results", status=status
+    )
+
+
+def _list_forms(
+    membership: Membership,
+    query: str,
+    *,
+    saved_view_form: SavedViewForm | None,
+    bulk_form: BulkActionForm | None,
+) -> dict:
+    """The list's own forms for a reviewer: save the filters as a view, act on ticked traces.
+    The one that just failed comes back bound, with its errors."""
+    if not membership.can_review:
+        return {}
+    project = membership.project
+
+    def bulk(form_class: type[BulkActionForm]) -> BulkActionForm:
+        if isinstance(bulk_form, form_class):
+            return bulk_form
+        return form_class(project=project, traces=[])
+
+    forms = {
+        "saved_view_form": saved_view_form
+        or SavedViewForm(initial={"query": query}, project=project, prefix="view"),
+        "bulk_tag_form": bulk(BulkTagForm),
+        "bulk_feedback_form": bulk(BulkFeedbackForm),
+    }
+    if membership.is_admin:  # admins manage queues; reviewers work them
+        forms["bulk_queue_form"] = bulk(BulkQueueForm)
+    return forms
+
+
+@require_POST
+@login_required
+def saved_view_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """Name the list's current filters; the list then offers them as a link."""
+    membership = get_reviewer_membership_for_user(request.user, slug)
+    form = SavedViewForm(request.POST, project=membership.project, prefix="view")
+    if form.is_valid():
+        try:
+            saved = save_view(project=membership.project, owner=request.user, **form.cleaned_data)
+        except SavedViewError as error:
+            form.add_error("name", str(error))
+    if form.errors:
+        filters = QueryDict(request.POST.get("view-query", ""))
+        return render_trace_list(request, membership, filters, saved_view_form=form, status=422)
+    messages.success(
+        request, f"Saved the view “{saved.name}”{' for the project' if saved.shared else ''}."
+    )
+    return redirect(trace_list_url(membership.project, saved.query))
+
+
+def _get_deletable_saved_view_for_user(
+    user, slug: str, view_id: int
+) -> tuple[Membership, SavedView]:
+    """A view its owner deletes, or a project admin when it is shared; another's private
+    view does not exist."""
+    membership = get_membership_for_user(user, slug)
+    saved = get_saved_view_for_membership(membership, view_id)
+    if saved.owner_id != user.pk and not membership.is_admin:
+        raise PermissionDenied("only its owner or a project admin can delete a shared view")
+    return membership, saved
+
+
+@require_POST
+@login_required
+def saved_view_delete(request: HttpRequest, slug: str, view_id: int) -> HttpResponse:
+    membership, saved = _get_deletable_saved_view_for_user(request.user, slug, view_id)
+    saved.delete()
+    messages.success(request, f"Deleted the view “{saved.name}”.")
+    return redirect(trace_list_url(membership.project, request.POST.get("filters", "")))
+
+
+def trace_list_url(project: Project, query: str) -> str:
+    """The trace list filtered by the filter fields of `query` (a query string; the forms
+    that post from the list send theirs as `filters`)."""
+    page = reverse("trace_list", args=[project.slug])
+    filters = filter_query(QueryDict(query))
+    return f"{page}?{filters}" if filters else page
 
 
 def first_run_steps(project: Project) -> list[dict] | None:
@@ -158,12 +281,6 @@ def first_run_steps(project: Project) -> list[dict] | None:
 def _get_trace_for_reviewer(user, slug: str, trace_id: int) -> tuple[Membership, Trace]:
     membership = get_reviewer_membership_for_user(user, slug)
     return membership, get_trace_for_membership(membership, trace_id)
-
-
-def _without_cursor(request: HttpRequest) -> str:
-    query = request.GET.copy()
-    query.pop("cursor", None)
-    return query.urlencode()
 
 
 def _feedback_panel_context(request: HttpRequest, membership, trace) -> dict:

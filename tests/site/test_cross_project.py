@@ -18,6 +18,7 @@ from reviewapp.projects.models import ApiKey, Membership
 from reviewapp.review.feedback import delete_feedback_with_undo, record_feedback
 from reviewapp.review.models import Queue, QueueItem, Tag
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.saved_views import save_view
 from tests.factories import ApiClient, make_trace
 
 SECRET_MARKER = "acme-confidential-7f3a"  # in acme's data; must never reach globex
@@ -96,6 +97,9 @@ def acme_objects(project, alice, bob, other_project):
     invitation = create_invitation(
         project=project, invitee=f"{SECRET_MARKER}@example.com", role="admin", invited_by=alice
     )[0]
+    view = save_view(
+        project=project, owner=bob, name=f"{SECRET_MARKER} view", query="q=x", shared=True
+    )
     return {
         "slug": project.slug,
         "trace_id": trace.pk,
@@ -112,6 +116,7 @@ def acme_objects(project, alice, bob, other_project):
         "deleted_id": deleted.pk,
         "external_id": trace.external_id,
         "member_id": Membership.objects.get(project=project, user=bob).pk,
+        "view_id": view.pk,
     }
 
 

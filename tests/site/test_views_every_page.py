@@ -27,6 +27,7 @@ from reviewapp.review.feedback import (
 from reviewapp.review.models import Tag
 from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.saved_views import save_view
 from tests.factories import make_trace
 
 RANK = {"viewer": 0, "reviewer": 1, "admin": 2}
@@ -65,6 +66,11 @@ ACTIONS = {
     "feedback_undo_delete": "reviewer",
     "feedback_retry": "admin",
     "feedback_correct": "reviewer",
+    "saved_view_create": "reviewer",
+    "saved_view_delete": "reviewer",
+    "traces_bulk_tag": "reviewer",
+    "traces_bulk_queue": "admin",
+    "traces_bulk_feedback": "reviewer",
     "trace_apply_feedback": "reviewer",
     "triage_rule_run": "admin",
     "tag_rename": "admin",
@@ -159,6 +165,9 @@ def url_arguments(project, alice, bob, victor) -> dict:
     )[0]
     gone, _ = record_feedback(trace=trace, text="Shorter.", turn=4, reviewer=bob)
     deleted = delete_feedback_with_undo(feedback=gone, deleted_by=bob)
+    view = save_view(
+        project=project, owner=bob, name="Timeouts", query="termination=timeout", shared=True
+    )
     return {
         "slug": project.slug,
         "trace_id": trace.pk,
@@ -173,6 +182,7 @@ def url_arguments(project, alice, bob, victor) -> dict:
         "rule_id": rule.pk,
         "run_id": run.pk,
         "version": adapter.version,
+        "view_id": view.pk,
     }
 
 
