@@ -21,6 +21,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 VIEWPORT = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+WIDE = {"width": 1440, "height": 900}
+# A module's tests at a phone's width and a wide screen's: `pytestmark = [..., at_both_widths]`.
+at_both_widths = pytest.mark.parametrize(
+    "viewport", [PHONE, WIDE], ids=["390px", "1440px"], indirect=True
+)
 TIMEOUT_MS = 10_000  # a step the dashboard can't finish in 10 s is a failure, not slowness
 
 
@@ -46,8 +52,14 @@ def browser(monkeypatch) -> Iterator[Browser]:
 
 
 @pytest.fixture
-def context(browser, live_server) -> Iterator[BrowserContext]:
-    context = browser.new_context(base_url=live_server.url, viewport=VIEWPORT)
+def viewport(request) -> dict:
+    """The window's size: VIEWPORT, or each of `at_both_widths`."""
+    return getattr(request, "param", VIEWPORT)
+
+
+@pytest.fixture
+def context(browser, live_server, viewport) -> Iterator[BrowserContext]:
+    context = browser.new_context(base_url=live_server.url, viewport=viewport)
     context.set_default_timeout(TIMEOUT_MS)
     yield context
     context.close()

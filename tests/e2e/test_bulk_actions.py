@@ -8,10 +8,10 @@ from playwright.sync_api import expect
 
 from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.ingest import ingest_traces
-from tests.e2e.conftest import sign_in
+from tests.e2e.conftest import at_both_widths, sign_in
 from tests.factories import make_trace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, at_both_widths]
 
 
 @pytest.fixture

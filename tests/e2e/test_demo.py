@@ -29,7 +29,7 @@ def admin_page(context, page, live_server, settings, tmp_path):
 def test_pressing_1_tags_the_demos_first_trace(admin_page):
     page = admin_page
     page.goto("/p/demo/traces/")
-    first = page.locator("#trace-rows td:first-child a").first
+    first = page.locator("#trace-rows td.trace-id a").first
     external_id = first.inner_text()
     first.click()
     page.wait_for_url(re.compile(r"/traces/\d+/$"))  # the trace page and its deferred script
@@ -46,7 +46,7 @@ def test_pressing_1_tags_the_demos_first_trace(admin_page):
 def test_the_keyboard_map_lists_every_key_review_js_answers_to(admin_page):
     page = admin_page
     page.goto("/p/demo/traces/")
-    page.locator("#trace-rows td:first-child a").first.click()
+    page.locator("#trace-rows td.trace-id a").first.click()
     # "?" pressed before the trace page's deferred script runs would go nowhere.
     page.wait_for_url(re.compile(r"/traces/\d+/$"))
     keys = set(re.findall(r'key === "(.)"', REVIEW_JS.read_text()))

@@ -3,9 +3,9 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import sign_in
+from tests.e2e.conftest import at_both_widths, sign_in
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, at_both_widths]
 
 
 @pytest.fixture

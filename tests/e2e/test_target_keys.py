@@ -5,9 +5,10 @@ import pytest
 from playwright.sync_api import expect
 
 from reviewapp.learning.models import DistillationTarget, TargetState
+from tests.e2e.conftest import at_both_widths
 from tests.factories import feedback_with_proposals
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, at_both_widths]
 
 
 @pytest.fixture

@@ -7,9 +7,10 @@ from playwright.sync_api import expect
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
+from tests.e2e.conftest import at_both_widths
 from tests.factories import make_trace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, at_both_widths]
 
 ATTACK = '<img src=x onerror="window.__xss=1"> Answer: 84.'
 

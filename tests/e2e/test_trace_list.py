@@ -3,9 +3,10 @@ from playwright.sync_api import Page, expect
 
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import Termination
+from tests.e2e.conftest import at_both_widths
 from tests.factories import make_trace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, at_both_widths]
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def traces(project):
 
 
 def listed_ids(page: Page):
-    return page.locator("#trace-rows td:first-child a")
+    return page.locator("#trace-rows td.trace-id a")
 
 
 def mark_document(page: Page) -> None:

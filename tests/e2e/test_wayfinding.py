@@ -9,10 +9,10 @@ from playwright.sync_api import expect
 from reviewapp.projects.models import ApiKey
 from reviewapp.projects.services import create_api_key
 from reviewapp.traces.ingest import ingest_traces
-from tests.e2e.conftest import accept_dialog, sign_in
+from tests.e2e.conftest import accept_dialog, at_both_widths, sign_in
 from tests.factories import make_trace
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, at_both_widths]
 
 
 @pytest.fixture
