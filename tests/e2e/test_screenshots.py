@@ -1,4 +1,5 @@
-"""The product as a reader sees it: a varied list and a reviewed trace render and can be captured.
+"""The product as a reader sees it: a varied list and a reviewed trace render and can be captured,
+on a wide screen and on a phone (390 px, in phone/).
 
 The images in docs/screenshots are refreshed with
 APPRENTICE_SCREENSHOTS=1 python -m pytest tests/e2e/test_screenshots.py
@@ -44,6 +45,7 @@ REQUESTS = [
 ]
 TERMINATIONS = ["completed"] * 6 + ["tool_error", "timeout", "max_steps", "client_disconnected"]
 REFUND_ID = "support-refund-A-48213"
+PHONE = {"width": 390, "height": 844}
 TAG_NAMES = ["wrong-arguments", "hallucinated-policy", "gave-up", "too-verbose", "missed-refund"]
 
 
@@ -189,6 +191,19 @@ def detail_trace() -> dict:
     }
 
 
+def capture_on_a_phone(page, folder: Path, urls: dict[str, str]) -> list[Path]:
+    """The same pages as a phone shows them, full length, in folder/phone/NAME.png."""
+    page.set_viewport_size(PHONE)
+    (folder / "phone").mkdir(exist_ok=True)
+    paths = []
+    for name, url in urls.items():
+        page.goto(url)
+        page.wait_for_load_state("networkidle")  # htmx fragments that load with the page
+        paths.append(folder / "phone" / f"{name}.png")
+        page.screenshot(path=paths[-1], full_page=True)
+    return paths
+
+
 @pytest.fixture
 def demo_project(project, alice, bob):
     """About thirty varied traces, some tagged and with feedback, and one detailed refund."""
@@ -254,6 +269,13 @@ def test_screenshots_of_the_trace_list_and_a_trace(
     names = ["trace-list.png", "trace-detail.png"] + [f"{name}.png" for name in pages]
     assert min((folder / name).stat().st_size for name in names) > 20_000
 
+    list_and_trace = {
+        "trace-list": "/p/acme/traces/",
+        "trace-detail": f"/p/acme/traces/{demo_project.pk}/",
+    }
+    phone = capture_on_a_phone(page, folder, {**list_and_trace, **pages})
+    assert min(path.stat().st_size for path in phone) > 20_000
+
 
 @pytest.fixture
 def seed_scenarios(project, api_key):
@@ -295,3 +317,5 @@ def test_screenshot_of_the_monitors_on_the_seed_scenarios(
     expect(page.locator(".project-nav .badge.alert")).to_be_visible()
     page.screenshot(path=folder / "monitors.png", full_page=True)
     assert (folder / "monitors.png").stat().st_size > 20_000
+    (phone,) = capture_on_a_phone(page, folder, {"monitors": "/p/acme/monitors/"})
+    assert phone.stat().st_size > 20_000
