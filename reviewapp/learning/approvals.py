@@ -269,6 +269,26 @@ def choose_target(
     )
 
 
+class ChoiceLocked(ValueError):
+    """The choice was trained on: it is an adapter's lineage and stays as it is."""
+
+
+@transaction.atomic
+def reopen_choice(*, feedback: Feedback) -> int:
+    """Undo a feedback's choice (an approval, an edit or reject all): every proposal is
+    proposed again, for a reviewer to choose anew; an edit keeps its edited text. Refused once
+    a training run has used one of them. Returns how many proposals changed."""
+    Feedback.objects.select_for_update().filter(pk=feedback.pk).first()
+    targets = DistillationTarget.objects.filter(feedback=feedback)
+    if targets.filter(runs__isnull=False).exists():
+        raise ChoiceLocked(
+            "a training run has used this choice: it is part of an adapter's lineage"
+        )
+    return targets.exclude(state=TargetState.PROPOSED).update(
+        state=TargetState.PROPOSED, reviewed_by=None
+    )
+
+
 @dataclass(frozen=True)
 class BulkApproval:
     approved: int  # proposals approved, one per feedback

@@ -4,7 +4,7 @@ review-scoped keys."""
 import pytest
 
 from reviewapp.api.app import api as ninja_api
-from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.learning.models import DistillationTarget, TargetState, TrainingRun
 from reviewapp.projects.services import create_api_key
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
@@ -15,6 +15,7 @@ TARGET_ROUTES = [
     ("post", "/api/v1/targets/{target_id}/approve"),
     ("post", "/api/v1/targets/{target_id}/edit"),
     ("post", "/api/v1/targets/{target_id}/reject"),
+    ("post", "/api/v1/targets/{target_id}/reopen"),
 ]
 
 
@@ -143,14 +144,30 @@ def test_rejecting_one_proposal_leaves_the_others_to_choose_from(review_api, sto
     assert {p["state"] for p in rejected["proposals"]} == {"rejected"}
 
 
-@pytest.mark.parametrize("action", ["approve", "reject", "edit"])
+def test_reopening_undoes_the_choice_until_a_run_trains_on_it(review_api, stored, project):
+    first, second = proposals(stored, ["84.", "It is 84."])
+    review_api.post(f"/api/v1/targets/{second.pk}/approve", {})
+
+    response = review_api.post(f"/api/v1/targets/{first.pk}/reopen", {})
+
+    assert response.status_code == 200 and response.json()["chosen"] is None
+    assert states([first, second]) == [TargetState.PROPOSED, TargetState.PROPOSED]
+    review_api.post(f"/api/v1/targets/{second.pk}/approve", {})
+    TrainingRun.objects.create(project=project, config={}).targets.add(second)
+    locked = review_api.post(f"/api/v1/targets/{second.pk}/reopen", {})
+    assert locked.status_code == 409
+    assert "a training run has used this choice" in locked.json()["detail"]
+    assert states([first, second]) == [TargetState.REJECTED, TargetState.APPROVED]
+
+
+@pytest.mark.parametrize("action", ["approve", "reject", "edit", "reopen"])
 def test_an_unknown_target_is_404(review_api, stored, action):
     response = review_api.post(f"/api/v1/targets/999999/{action}", {"content": "84."})
     assert response.status_code == 404
     assert response.json() == {"error": "not_found", "detail": "no target 999999 in this project"}
 
 
-@pytest.mark.parametrize("action", ["approve", "reject", "edit"])
+@pytest.mark.parametrize("action", ["approve", "reject", "edit", "reopen"])
 def test_another_projects_target_is_404_and_unchanged(stored, other_project, action):
     [target] = proposals(stored, ["84."])
     globex = ApiClient(create_api_key(project=other_project, scopes=["review"])[1])

@@ -13,11 +13,13 @@ from pydantic import field_validator
 from reviewapp.api.pagination import decode_cursor, page_of
 from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.approvals import (
+    ChoiceLocked,
     FeedbackTargets,
     choose_target,
     feedback_targets,
     feedback_targets_for,
     reject_target,
+    reopen_choice,
 )
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.access import first_or_404
@@ -166,6 +168,22 @@ def approve_target(request: HttpRequest, target_id: int):
 )
 def edit_target(request: HttpRequest, target_id: int, payload: EditIn):
     return _choose(request, target_id, "edit", payload.content)
+
+
+@router.post(
+    "/targets/{target_id}/reopen",
+    response={200: FeedbackTargetsOut, **ERRORS},
+    summary="Undo its feedback's choice: every proposal is proposed again (409 once a run "
+    "trained on it)",
+    **requires(KeyScope.REVIEW),
+)
+def reopen_target(request: HttpRequest, target_id: int):
+    target = _get_target_for_project(request.auth, target_id)
+    try:
+        reopen_choice(feedback=target.feedback)
+    except ChoiceLocked as error:
+        raise HttpError(409, str(error)) from None
+    return _decided(target)
 
 
 @router.post(

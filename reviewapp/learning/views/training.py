@@ -12,10 +12,12 @@ from django.views.decorators.http import require_POST
 from reviewapp.charts import line_chart
 from reviewapp.learning.approvals import (
     AUTO_APPROVE_POLICIES,
+    ChoiceLocked,
     approve_passing_proposals,
     choose_target,
     feedback_targets,
     feedback_targets_for,
+    reopen_choice,
     set_auto_approve,
     state_counts,
 )
@@ -148,20 +150,26 @@ def target_policy(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @login_required
 def target_choice(request: HttpRequest, slug: str, feedback_id: int) -> HttpResponse:
-    """One choice per feedback: use one proposal (as it is or edited), or reject them all."""
+    """One choice per feedback: use one proposal (as it is or edited), or reject them all; or
+    reopen the choice made (undo)."""
     membership = get_reviewer_membership_for_user(request.user, slug)
     feedback = _get_feedback_for_membership(membership, feedback_id)
     target_id = request.POST.get("target", "")
     decision = request.POST.get("decision", "")
     error, status, rejected_now = "", 200, 0
     try:
-        rejected_now = choose_target(
-            feedback=feedback,
-            decision=decision,
-            reviewer=request.user,
-            target_id=int(target_id) if target_id.isdigit() else None,
-            edited_text=request.POST.get("text"),
-        )
+        if decision == "reopen":
+            reopen_choice(feedback=feedback)
+        else:
+            rejected_now = choose_target(
+                feedback=feedback,
+                decision=decision,
+                reviewer=request.user,
+                target_id=int(target_id) if target_id.isdigit() else None,
+                edited_text=request.POST.get("text"),
+            )
+    except ChoiceLocked as problem:
+        error, status = str(problem), 409
     except ValueError as problem:
         error, status = str(problem), 422
     siblings_rejected = rejected_now if decision in ("approve", "edit") and not error else None
