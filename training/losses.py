@@ -8,6 +8,8 @@ Position convention (causal LM): `logits[:, t]` is the model's distribution over
   different contexts, so the caller slices both to the response and passes them aligned:
   `student_logits[:, t]` and `teacher_logits[:, t]` predict the same token, and `mask[:, t]`
   marks which of those positions count. No shift happens there.
+- `sequence_logprobs` follows the KL functions' convention (logits aligned with the tokens
+  they score), and `dpo_loss` takes its per-sequence sums.
 All math runs in float32 whatever the logits' dtype, so bf16 training loses nothing here.
 """
 
@@ -69,6 +71,48 @@ def topk_tail_kl(
     """`per_token_topk_tail_kl` averaged over the positions where `mask` is set (scalar)."""
     _require_same_shape(student_logits[..., 0], mask, "student_logits[..., 0]", "mask")
     return _masked_mean(per_token_topk_tail_kl(student_logits, teacher_logits, k), mask)
+
+
+def sequence_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Sum of log p(token) over the positions where `mask` is set ([B, T, V], [B, T] x2 -> [B]).
+
+    Aligned, no shift: `logits[:, t]` is the distribution that scored `tokens[:, t]`. A row
+    with nothing masked sums to 0; padded positions may hold any token id.
+    """
+    _require_same_shape(tokens, mask, "tokens", "mask")
+    _require_same_shape(logits[..., 0], tokens, "logits[..., 0]", "tokens")
+    token_logprobs = F.log_softmax(logits.float(), dim=-1).gather(-1, tokens[..., None])[..., 0]
+    return (token_logprobs * mask.to(token_logprobs.dtype)).sum(dim=-1)
+
+
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    reference_chosen: torch.Tensor,
+    reference_rejected: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
+    """DPO (Rafailov et al. 2023) over sequence log-probabilities ([B] x4 -> scalar).
+
+    Mean over pairs of -log sigmoid(beta * ((pc - rc) - (pr - rr))): the policy gains by
+    raising the chosen reply's likelihood relative to the reference more than the rejected
+    one's. Where the policy equals the reference the loss is log 2. The reference is detached:
+    gradients reach the policy only. `beta` scales the margin (higher: a sharper preference,
+    the policy kept on a shorter leash from the reference).
+    """
+    for name, tensor in (
+        ("policy_rejected", policy_rejected),
+        ("reference_chosen", reference_chosen),
+        ("reference_rejected", reference_rejected),
+    ):
+        _require_same_shape(policy_chosen, tensor, "policy_chosen", name)
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, not {beta}")
+    chosen_gain = policy_chosen.float() - reference_chosen.detach().float()
+    rejected_gain = policy_rejected.float() - reference_rejected.detach().float()
+    return -F.logsigmoid(beta * (chosen_gain - rejected_gain)).mean()
 
 
 def _log_tail_mass(logprobs: torch.Tensor, top_ids: torch.Tensor) -> torch.Tensor:

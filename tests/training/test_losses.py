@@ -4,7 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.losses import masked_token_nll, per_token_topk_tail_kl, topk_tail_kl
+from training.losses import (
+    dpo_loss,
+    masked_token_nll,
+    per_token_topk_tail_kl,
+    sequence_logprobs,
+    topk_tail_kl,
+)
 
 
 def _logits_from_probs(*rows: tuple[float, ...]) -> torch.Tensor:
@@ -194,3 +200,110 @@ def test_k_below_one_is_rejected():
 
     with pytest.raises(ValueError, match="k must be >= 1"):
         topk_tail_kl(logits, logits, torch.ones(1, 2), k=0)
+
+
+# sequence_logprobs
+
+
+def test_sequence_logprobs_sums_the_masked_tokens_log_probs_per_row():
+    # Aligned: logits[:, t] scores tokens[:, t]; row 0 counts both tokens, row 1 only its first.
+    logits = torch.cat(
+        [
+            _logits_from_probs((0.5, 0.25, 0.25), (0.1, 0.8, 0.1)),
+            _logits_from_probs((0.2, 0.2, 0.6), (1 / 3, 1 / 3, 1 / 3)),
+        ]
+    )
+    tokens = torch.tensor([[0, 1], [2, 0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+
+    logprobs = sequence_logprobs(logits, tokens, mask)
+
+    torch.testing.assert_close(
+        logprobs, torch.tensor([math.log(0.5) + math.log(0.8), math.log(0.6)])
+    )
+
+
+def test_sequence_logprobs_of_a_row_with_nothing_masked_is_zero():
+    logits = _random_logits(1, 3, 5, seed=0)
+
+    logprobs = sequence_logprobs(logits, torch.tensor([[1, 2, 3]]), torch.zeros(1, 3))
+
+    assert logprobs.tolist() == [0.0]
+
+
+def test_sequence_logprobs_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="tokens has shape"):
+        sequence_logprobs(_random_logits(1, 3, 5, seed=0), torch.zeros(1, 3), torch.ones(1, 2))
+
+
+# dpo_loss
+
+
+def _dpo(chosen_gain: float, rejected_gain: float, beta: float = 0.1) -> torch.Tensor:
+    """dpo_loss for one pair whose reference log-probs are -10 and -12."""
+    reference_chosen, reference_rejected = torch.tensor([-10.0]), torch.tensor([-12.0])
+    return dpo_loss(
+        reference_chosen + chosen_gain,
+        reference_rejected + rejected_gain,
+        reference_chosen,
+        reference_rejected,
+        beta,
+    )
+
+
+def test_dpo_loss_is_log_2_when_the_policy_equals_the_reference():
+    assert _dpo(0.0, 0.0).item() == pytest.approx(math.log(2), abs=1e-6)
+
+
+def test_dpo_loss_matches_the_hand_value():
+    # beta * ((pc - rc) - (pr - rr)) = 0.5 * (1 - (-1)) = 1; -log sigmoid(1) = log(1 + e^-1)
+    expected = math.log(1 + math.exp(-1))
+
+    assert _dpo(1.0, -1.0, beta=0.5).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_dpo_loss_falls_as_the_chosen_margin_grows():
+    losses = [_dpo(gain, -gain).item() for gain in (-2.0, 0.0, 2.0, 10.0)]
+
+    assert losses == sorted(losses, reverse=True)
+    assert len(set(losses)) == len(losses)
+
+
+def test_dpo_loss_depends_on_the_gains_over_the_reference_not_the_raw_log_probs():
+    # A policy that likes the chosen reply less than the rejected one in absolute terms still
+    # wins if it moved towards it more than the reference did.
+    policy_chosen, policy_rejected = torch.tensor([-20.0]), torch.tensor([-5.0])
+    reference_chosen, reference_rejected = torch.tensor([-21.0]), torch.tensor([-4.0])
+
+    loss = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, 1.0)
+
+    assert loss.item() == pytest.approx(math.log(1 + math.exp(-2)), abs=1e-6)
+
+
+def test_dpo_loss_gradient_raises_chosen_lowers_rejected_and_spares_the_reference():
+    policy_chosen = torch.tensor([-10.0, -3.0], requires_grad=True)
+    policy_rejected = torch.tensor([-12.0, -4.0], requires_grad=True)
+    reference_chosen = torch.tensor([-10.0, -3.0], requires_grad=True)
+    reference_rejected = torch.tensor([-12.0, -4.0], requires_grad=True)
+
+    dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, 0.1).backward()
+
+    # Gradient descent moves against the gradient: chosen up, rejected down.
+    assert (policy_chosen.grad < 0).all()
+    assert (policy_rejected.grad > 0).all()
+    assert reference_chosen.grad is None and reference_rejected.grad is None
+
+
+def test_dpo_loss_averages_over_pairs():
+    pairs = dpo_loss(
+        torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 0.0]), torch.zeros(2), torch.zeros(2), 0.5
+    )
+
+    assert pairs.item() == pytest.approx((_dpo(1.0, -1.0, 0.5) + _dpo(0.0, 0.0)).item() / 2)
+
+
+def test_dpo_loss_rejects_mismatched_shapes_and_a_beta_of_zero():
+    with pytest.raises(ValueError, match="reference_rejected"):
+        dpo_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(3), 0.1)
+    with pytest.raises(ValueError, match="beta"):
+        dpo_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2), 0.0)
