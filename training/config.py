@@ -77,6 +77,13 @@ class TrainingConfig:
     base_kl_weight: float = Field(2.0, ge=0.0, le=100.0)
     # Replay examples the guard cycles through (general prompts first, then good traces).
     replay_examples: int = Field(32, ge=0, le=10_000)
+    # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
+    # and the guard, the reference being the base; 0 turns it off. For lessons the base mostly
+    # follows already ("never do X"), where sft alone regressed a few items; off until measured.
+    # distill items carry no replaced answer, so a distill run ignores it.
+    preference_weight: float = Field(0.0, ge=0.0, le=10.0)
+    # DPO's beta: the scale of the log-prob margin; higher keeps the adapter nearer the base.
+    preference_beta: float = Field(0.1, gt=0.0, le=10.0)
     # distill: longest on-policy sample the student writes per item, in tokens.
     sample_max_tokens: int = Field(64, ge=1, le=4096)
     # distill: temperature of those samples; 1.0 samples the student's own distribution.

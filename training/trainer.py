@@ -10,9 +10,12 @@ Two modes share the loop:
 Both add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of the
 replay examples (the base's own answers to general prompts, good traces), the base side
 computed with the adapter disabled.
+sft can add a preference term: `preference_weight` x DPO on the examples that carry the answer
+their reply replaced (`Example.rejected`), the reference being the base (adapter disabled).
 
-Every optimizer step's loss is a mean over all the target tokens of that step, however they are
-split into micro-batches, so gradient accumulation gives the same update as one big batch.
+Every optimizer step's loss is a mean over all the target tokens of that step (the preference
+term: over all its pairs), however they are split into micro-batches, so gradient accumulation
+gives the same update as one big batch.
 """
 
 import math
@@ -42,7 +45,7 @@ from transformers import (
 
 from training.chat import Message, build_example, render_prompt
 from training.config import TrainingConfig
-from training.losses import masked_token_nll, topk_tail_kl
+from training.losses import dpo_loss, masked_token_nll, sequence_logprobs, topk_tail_kl
 from training.sampling import adapter_disabled, generate_replies, pad_right, reply_logits
 
 ProgressCallback = Callable[[int, int, float, float, float], None]
@@ -58,6 +61,9 @@ class Example:
     context: list[Message]
     reply: Message
     tools: list[dict] | None = None
+    # sft: the answer `reply` replaced (the original turn a correction or revision rewrote);
+    # the preference term prefers `reply` to it. None: no pair.
+    rejected: Message | None = None
 
 
 @dataclass(frozen=True)
@@ -86,11 +92,12 @@ class TrainingResult:
 @dataclass(frozen=True)
 class _Tokens:
     """One training sequence as token ids; distill items also carry the teacher's prompt and
-    get their reply from the student's sample."""
+    get their reply from the student's sample; sft examples may carry the replaced reply."""
 
     prompt: list[int]
     reply: list[int]
     teacher_prompt: list[int] | None = None
+    rejected: list[int] | None = None
 
     @property
     def length(self) -> int:
@@ -169,13 +176,18 @@ def train(
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     # --- data: token ids, too-long sequences left out, micro-batches bucketed by length -------
+    use_preference = config.mode == "sft" and config.preference_weight > 0
     if config.mode == "sft":
-        main = [_example_tokens(tokenizer, example) for example in examples]
+        main = [_example_tokens(tokenizer, example, use_preference) for example in examples]
     else:
         main = [_item_tokens(tokenizer, item) for item in items]
     guard = [_example_tokens(tokenizer, example) for example in replay]
     sample_room = config.sample_max_tokens if config.mode == "distill" else 0
-    main_kept = [seq for seq in main if _longest(seq) + sample_room <= config.max_seq_len]
+    main_kept = [
+        _rejected_within(seq, config.max_seq_len)
+        for seq in main
+        if _longest(seq) + sample_room <= config.max_seq_len
+    ]
     guard_kept = [seq for seq in guard if _longest(seq) <= config.max_seq_len]
     skipped = len(main) - len(main_kept) + len(guard) - len(guard_kept)
     main, guard = main_kept, guard_kept
@@ -238,6 +250,7 @@ def train(
         ]
         main_tokens = sum(_reply_tokens(batch) for batch in batches)
         guard_tokens = sum(_reply_tokens(batch) for batch in guard_step)
+        step_pairs = sum(len(_pairs(batch)) for batch in batches)
 
         step_loss = 0.0
         for batch, guard_batch in zip(batches, guard_step, strict=True):
@@ -253,6 +266,11 @@ def train(
                 loss = loss + config.base_kl_weight * guard_loss * (
                     _reply_tokens(guard_batch) / guard_tokens
                 )
+            if use_preference and (pairs := _pairs(batch)):
+                preference_loss = _preference_loss(
+                    model, pairs, pad_token_id, config.preference_beta
+                )
+                loss = loss + config.preference_weight * preference_loss * (len(pairs) / step_pairs)
             loss.backward()
             step_loss += loss.item()
             batch_tokens = sum(seq.length for seq in [*batch, *guard_batch])
@@ -347,6 +365,30 @@ def _base_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: int) 
     return topk_tail_kl(student_logits, base_logits, mask, k)
 
 
+def _preference_loss(
+    model: PeftModel, batch: list[_Tokens], pad_token_id: int, beta: float
+) -> torch.Tensor:
+    """DPO: the approved reply preferred to the one it replaced, under the same prompt; the
+    reference is the base (adapter disabled). A pair costs four more passes over a reply (both
+    replies, base and adapter): the sft pass over the approved one is not reused."""
+    prompts = [seq.prompt for seq in batch] * 2
+    replies = [seq.reply for seq in batch] + [seq.rejected for seq in batch]
+    with torch.no_grad(), adapter_disabled(model):
+        reference = _reply_logprobs(model, prompts, replies, pad_token_id)
+    policy = _reply_logprobs(model, prompts, replies, pad_token_id)
+    pairs = len(batch)
+    return dpo_loss(policy[:pairs], policy[pairs:], reference[:pairs], reference[pairs:], beta)
+
+
+def _reply_logprobs(
+    model: PeftModel, prompts: list[list[int]], replies: list[list[int]], pad_token_id: int
+) -> torch.Tensor:
+    """log p(reply | prompt) per row, summed over the reply tokens only ([B])."""
+    logits, mask = reply_logits(model, prompts, replies, pad_token_id)
+    reply_ids, _ = pad_right(replies, pad_token_id, model.device)
+    return sequence_logprobs(logits, reply_ids, mask)
+
+
 def _with_student_samples(
     model: PeftModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -367,10 +409,28 @@ def _with_student_samples(
 # --- data ----------------------------------------------------------------------------------------
 
 
-def _example_tokens(tokenizer: PreTrainedTokenizerBase, example: Example) -> _Tokens:
-    input_ids, loss_mask = build_example(tokenizer, example.context, example.reply, example.tools)
+def _example_tokens(
+    tokenizer: PreTrainedTokenizerBase, example: Example, with_rejected: bool = False
+) -> _Tokens:
+    """The example's ids; `with_rejected`: its replaced reply too, rendered in the same context,
+    unless it has none or it renders to the same ids (no preference to learn)."""
+    prompt, reply = _prompt_and_reply(tokenizer, example.context, example.reply, example.tools)
+    rejected = None
+    if with_rejected and example.rejected is not None:
+        _, rejected = _prompt_and_reply(tokenizer, example.context, example.rejected, example.tools)
+        rejected = rejected if rejected != reply else None
+    return _Tokens(prompt=prompt, reply=reply, rejected=rejected)
+
+
+def _prompt_and_reply(
+    tokenizer: PreTrainedTokenizerBase,
+    context: list[Message],
+    reply: Message,
+    tools: list[dict] | None,
+) -> tuple[list[int], list[int]]:
+    input_ids, loss_mask = build_example(tokenizer, context, reply, tools)
     reply_start = loss_mask.index(1)
-    return _Tokens(prompt=input_ids[:reply_start], reply=input_ids[reply_start:])
+    return input_ids[:reply_start], input_ids[reply_start:]
 
 
 def _item_tokens(tokenizer: PreTrainedTokenizerBase, item: DistillItem) -> _Tokens:
@@ -386,8 +446,20 @@ def _longest(seq: _Tokens) -> int:
     return max(len(seq.prompt), len(seq.teacher_prompt or [])) + len(seq.reply)
 
 
+def _rejected_within(seq: _Tokens, max_seq_len: int) -> _Tokens:
+    """The record, without its replaced reply if that one is too long: sft still trains on it."""
+    if seq.rejected is not None and len(seq.prompt) + len(seq.rejected) > max_seq_len:
+        return replace(seq, rejected=None)
+    return seq
+
+
 def _reply_tokens(batch: list[_Tokens]) -> int:
     return sum(len(seq.reply) for seq in batch)
+
+
+def _pairs(batch: list[_Tokens]) -> list[_Tokens]:
+    """The records that carry a replaced reply: the preference term's pairs."""
+    return [seq for seq in batch if seq.rejected is not None]
 
 
 # --- checkpoints ---------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ TRAINER_CHANGES = {
 }
 DISTILL_CHANGES = {"top_k": 2, "sample_max_tokens": 2, "sample_temperature": 0.3}
 RUN_LEVEL = {"mode", "teacher_prompt", "replay_examples", "save_every_steps", "bf16"}
+# sft with examples that carry the answer they replaced (a test of their own below).
+RUN_LEVEL |= {"preference_weight", "preference_beta"}
 ELSEWHERE = {"held_out_fraction", "gate_candidates"}
 
 
@@ -138,6 +140,33 @@ def test_save_every_steps_writes_checkpoints(make_tiny_llama, make_tiny_tokenize
     )
 
     assert [path.name for path in result.checkpoints] == ["step-000002", "step-000004"]
+
+
+@pytest.mark.parametrize(
+    ("baseline", "changed"),
+    [
+        ({"preference_weight": 0.0}, {"preference_weight": 1.0}),
+        ({"preference_weight": 1.0}, {"preference_weight": 1.0, "preference_beta": 1.0}),
+    ],
+    ids=["preference_weight", "preference_beta"],
+)
+def test_a_preference_field_changes_a_run_on_replaced_answers(
+    baseline, changed, make_tiny_llama, make_tiny_tokenizer
+):
+    tokenizer = make_tiny_tokenizer()
+    examples = [
+        dataclasses.replace(example, rejected={"role": "assistant", "content": "no"})
+        for example in _examples()
+    ]
+
+    before = _fingerprint(
+        make_tiny_llama, tokenizer, dataclasses.replace(BASE, **baseline), examples=examples
+    )
+    after = _fingerprint(
+        make_tiny_llama, tokenizer, dataclasses.replace(BASE, **changed), examples=examples
+    )
+
+    assert after != before
 
 
 class _Target:

@@ -357,3 +357,110 @@ def test_only_the_newest_checkpoints_stay_on_disk(make_student, tokenizer, tmp_p
             f"step-{result.steps:06d}",
         ]
     )
+
+
+# --- the preference term (sft) -------------------------------------------------------------------
+
+
+def _examples_with_replaced_answers() -> list[Example]:
+    """Each approved reply beside the answer it replaced: the same words with one inserted, as
+    a 'never say X' lesson's corrections are (the word removed, the rest kept)."""
+    return [
+        dataclasses.replace(
+            example,
+            rejected={"role": "assistant", "content": f"answer : very {question}"},
+        )
+        for example, question in zip(_examples(), QUESTIONS, strict=True)
+    ]
+
+
+def _preference_margin(model, tokenizer, examples) -> float:
+    """Mean log p(approved reply) - log p(replaced reply) under the adapter."""
+    from training.trainer import _example_tokens, _reply_logprobs
+
+    pairs = [_example_tokens(tokenizer, example, with_rejected=True) for example in examples]
+    prompts = [pair.prompt for pair in pairs]
+    with torch.no_grad():
+        chosen = _reply_logprobs(model, prompts, [pair.reply for pair in pairs], pad_token_id=0)
+        rejected = _reply_logprobs(model, prompts, [pair.rejected for pair in pairs], 0)
+    return (chosen - rejected).mean().item()
+
+
+def test_the_preference_term_widens_the_margin_over_the_replaced_answers(make_student, tokenizer):
+    examples = _examples_with_replaced_answers()
+    margins = []
+    for weight in (0.0, 1.0):
+        config = _sft_config(epochs=2, preference_weight=weight, preference_beta=0.5)
+        model = make_student(config)
+        before = _preference_margin(model, tokenizer, examples)
+        train(model, tokenizer, config, examples=examples)
+        margins.append(_preference_margin(model, tokenizer, examples) - before)
+
+    # Measured: the margin grew by 2.2 nats with sft alone, by 6.9 with the term on.
+    assert margins[1] > margins[0] + 1.0
+
+
+def test_without_replaced_answers_the_preference_term_changes_nothing(make_student, tokenizer):
+    off, on = _sft_config(), _sft_config(preference_weight=1.0)
+    model_off, model_on = make_student(off), make_student(on)
+
+    result_off = train(model_off, tokenizer, off, examples=_examples())
+    result_on = train(model_on, tokenizer, on, examples=_examples())
+
+    assert result_on.loss_curve == result_off.loss_curve
+    _assert_same_weights(_lora_weights(model_off), _lora_weights(model_on))
+
+
+def test_the_preference_term_is_off_by_default(make_student, tokenizer):
+    config = _sft_config()
+    assert config.preference_weight == 0.0
+    with_pairs = make_student(config)
+    without_pairs = make_student(config)
+
+    train(with_pairs, tokenizer, config, examples=_examples_with_replaced_answers())
+    train(without_pairs, tokenizer, config, examples=_examples())
+
+    _assert_same_weights(_lora_weights(with_pairs), _lora_weights(without_pairs))
+
+
+def test_accumulation_gives_the_same_update_with_the_preference_term(make_student, tokenizer):
+    # One pair and one plain example: the term averages over the step's pairs, not micro-batches.
+    examples = [
+        _examples_with_replaced_answers()[0],
+        Example(_user("say hello"), {"role": "assistant", "content": "hi"}),
+    ]
+    big_batch = _sft_config(epochs=3, per_device_batch_size=2, preference_weight=2.0)
+    accumulated = dataclasses.replace(
+        big_batch, per_device_batch_size=1, gradient_accumulation_steps=2
+    )
+    model_a, model_b = make_student(big_batch), make_student(accumulated)
+
+    result_a = train(model_a, tokenizer, big_batch, examples=examples)
+    result_b = train(model_b, tokenizer, accumulated, examples=examples)
+
+    assert result_a.loss_curve == pytest.approx(result_b.loss_curve, rel=1e-5)
+    _assert_same_weights(_lora_weights(model_a), _lora_weights(model_b), atol=1e-6)
+
+
+def test_a_replaced_answer_too_long_to_fit_is_dropped_and_its_example_still_trains(tokenizer):
+    from training.trainer import _example_tokens, _rejected_within
+
+    example = dataclasses.replace(
+        _examples()[0], rejected={"role": "assistant", "content": " ".join(["very"] * 40)}
+    )
+    tokens = _example_tokens(tokenizer, example, with_rejected=True)
+
+    kept = _rejected_within(tokens, max_seq_len=tokens.length + 5)
+
+    assert tokens.rejected is not None
+    assert kept.rejected is None
+    assert (kept.prompt, kept.reply) == (tokens.prompt, tokens.reply)
+
+
+def test_a_replaced_answer_that_renders_the_same_is_no_pair(tokenizer):
+    from training.trainer import _example_tokens
+
+    example = _examples()[0]
+    same = dataclasses.replace(example, rejected={**example.reply, "name": "ignored"})
+
+    assert _example_tokens(tokenizer, same, with_rejected=True).rejected is None
