@@ -164,13 +164,25 @@ def _lessons_learned_by(adapter_name: str | None) -> set[str]:
 
 
 def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
-    """sft: (context, approved reply) examples; distill: (student, teacher context) items, the
-    teacher shown the feedback the way `teacher_prompt` says."""
+    """sft: (context, approved reply) examples, each with the answer it replaced where that
+    differs (a correction's or a revision's `original`: the preference term's pair); distill:
+    (student, teacher context) items, the teacher shown the feedback the way `teacher_prompt`
+    says."""
     from training.targets import hint_context, rewrite_context
     from training.trainer import DistillItem, Example
 
     if config.mode == "sft":
-        return {"examples": [Example(t.student_context, t.target, tools[t.pk]) for t in targets]}
+        return {
+            "examples": [
+                Example(
+                    t.student_context,
+                    t.target,
+                    tools[t.pk],
+                    rejected=t.original if t.original and t.original != t.target else None,
+                )
+                for t in targets
+            ]
+        }
     items = []
     for target in targets:
         feedback = target.feedback.text
