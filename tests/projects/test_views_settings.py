@@ -65,6 +65,23 @@ def test_it_saves_the_settings_and_shows_them_again(alice, project):
     assert 'name="canary_share" value="30"' in page
 
 
+def test_the_preference_term_is_a_training_setting_off_by_default(alice, project):
+    client = logged_in(alice)
+
+    html = client.get(URL).content.decode()
+    response = client.post(URL, submitted(project, **{"training.preference_weight": "1.5"}))
+
+    assert 'name="training.preference_weight"' in html
+    assert 'name="training.preference_beta"' in html
+    form = ProjectSettingsForm(stored={})
+    assert form.fields["training.preference_weight"].help_text == "default: 0.0"
+    assert form.fields["training.preference_beta"].help_text == "default: 0.1"
+    assert response.status_code == 302
+    saved = settings_for(Project.objects.get(pk=project.pk))
+    assert saved.training.overrides() == {"preference_weight": 1.5}
+    assert saved.training_config(mode="sft").preference_weight == 1.5
+
+
 def test_the_name_and_model_alias_are_saved_with_the_settings(alice, project):
     data = submitted(project, name="Acme agent", served_model="acme-agent", canary_share="40")
 
