@@ -6,6 +6,7 @@ Run from the repository root, in the project's virtualenv:
     python bench/learning.py                            # the test set, 3 seeds: README figures
     python bench/learning.py --set dev                  # the set the defaults were chosen on
     python bench/learning.py --kinds question --seeds 0 --mode distill
+    python bench/learning.py --kinds avoid --preference-weight 1   # sft + the preference term
 
 Two sets, never mixed. The development set (6 kinds, 8 held-out questions) is the one every
 default (guard weight, learning rate, steps, candidates, worked examples, teacher prompt, the
@@ -296,6 +297,12 @@ def _assistant(text: str) -> dict:
     return {"role": "assistant", "content": text}
 
 
+def _replaced(reply: dict, original: str) -> dict | None:
+    """The original answer as the worker's Example.rejected: None where the target kept it."""
+    rejected = _assistant(original)
+    return rejected if rejected != reply else None
+
+
 class QuietJob:
     """The job's callbacks: nothing to record, never stopped; the adapter's name is the kind's."""
 
@@ -316,8 +323,9 @@ class QuietJob:
 
 
 def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
-    """(approved targets as (question, reply, teacher context), teacher passes, worked examples)
-    as the worker makes them: the 4 corrections, then the teacher for the other 12."""
+    """(approved targets as (question, reply, teacher context, original answer), teacher
+    passes, worked examples) as the worker makes them: the 4 corrections, then the teacher for
+    the other 12."""
     teacher = TransformersTeacher(base, tokenizer, seed=seed)
     worked = [
         WorkedExample(question=question, answer=kind.correct(original))
@@ -327,7 +335,7 @@ def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
     for index, (question, original) in enumerate(zip(questions, originals, strict=True)):
         if index < 4:
             reply = _assistant(kind.correct(original))
-            targets.append((question, reply, hint_context(user(question), kind.feedback)))
+            targets.append((question, reply, hint_context(user(question), kind.feedback), original))
             continue
         proposals = propose_targets(
             teacher,
@@ -342,7 +350,7 @@ def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
         if proposals and proposals[0].passes_checks:
             teacher_passed += 1
             teacher_context = hint_context(user(question), kind.feedback, worked)
-            targets.append((question, proposals[0].message, teacher_context))
+            targets.append((question, proposals[0].message, teacher_context, original))
     return targets, teacher_passed, worked
 
 
@@ -363,10 +371,15 @@ def run_kind(
     )
     targets_s = time.monotonic() - started
 
-    if config.mode == "sft":
-        data = {"examples": [Example(user(q), reply) for q, reply, _ in targets]}
+    if config.mode == "sft":  # each with the answer it replaced, as the worker passes it
+        data = {
+            "examples": [
+                Example(user(q), reply, rejected=_replaced(reply, original))
+                for q, reply, _, original in targets
+            ]
+        }
     else:  # the worker's distill items: the teacher sees what it saw when it proposed
-        data = {"items": [DistillItem(user(q), teacher) for q, _, teacher in targets]}
+        data = {"items": [DistillItem(user(q), teacher) for q, _, teacher, _ in targets]}
     feedback_items = [
         {
             "context": user(question),
@@ -465,14 +478,21 @@ def main() -> None:
         default=TrainingConfig().base_kl_weight,
         help="the forgetting guard's weight (0: off), to measure with and without it",
     )
+    parser.add_argument(
+        "--preference-weight",
+        type=float,
+        default=TrainingConfig().preference_weight,
+        help="sft: the DPO term's weight on (target, replaced answer) pairs (0: off), to "
+        "compare sft with and without it, e.g. on the test set's 'avoid' kind",
+    )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]
     chosen_kinds = [kind for kind in kinds if not args.kinds or kind.name in args.kinds]
     model_dir = resolve_base_model("SmolLM2-135M-Instruct", args.model_cache)
     print(
         f"set {args.set}, mode {args.mode}, seeds {args.seeds}, forgetting guard weight "
-        f"{args.base_kl_weight}; every other setting the default; {len(held_out)} held-out "
-        "questions",
+        f"{args.base_kl_weight}, preference weight {args.preference_weight}; every other "
+        f"setting the default; {len(held_out)} held-out questions",
         flush=True,
     )
     table = [
@@ -484,7 +504,10 @@ def main() -> None:
         rows = []
         for seed in args.seeds:
             config = dataclasses.replace(
-                TrainingConfig(mode=args.mode), seed=seed, base_kl_weight=args.base_kl_weight
+                TrainingConfig(mode=args.mode),
+                seed=seed,
+                base_kl_weight=args.base_kl_weight,
+                preference_weight=args.preference_weight,
             )
             row = run_kind(kind, questions, held_out, model_dir, args.model_cache, config)
             rows.append(row)
