@@ -73,6 +73,10 @@ def _calculator_calls(result: EpisodeResult) -> list[dict]:
 def test_corrected_tool_calls_teach_the_agent_to_call_the_calculator_on_a_new_question(
     web_and_worker, vllm_url, project
 ):
+    # Adapters are named <slug>-v<N>, and the session's vLLM keeps every adapter earlier tests
+    # loaded: under the fixture's "acme" this run's acme-v1 would be taken as loaded already
+    # and an earlier test's acme-v1 would answer.
+    project.slug = "agent-lesson"
     project.upstream_url = vllm_url
     project.served_model = MODEL
     project.settings = {}  # default training and gate settings: 3 corrections as they come

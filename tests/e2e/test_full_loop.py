@@ -193,6 +193,10 @@ def _recorded_whole(results) -> None:
 def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_restores_the_base(
     web_and_worker, vllm_url, alice, project, page, live_server
 ):
+    # Adapters are named <slug>-v<N>, and the session's vLLM keeps every adapter earlier tests
+    # loaded: under the fixture's "acme" this run's acme-v1 would be taken as loaded already
+    # and an earlier test's acme-v1 would answer.
+    project.slug = "full-loop"
     project.upstream_url = vllm_url
     project.served_model = MODEL
     # Default training and gate settings: the loop must teach a small review batch as it comes.
