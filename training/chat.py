@@ -13,10 +13,8 @@ for plain conversations), and vLLM serves it with the same file (`training.vllm_
 
 vLLM leaves the tool definitions out of a prompt whose request says tool_choice "none"
 (`--exclude-tools-when-tool-choice-none`): callers pass the tools a turn's prompt showed (the
-product records them per turn), not a trace's whole list. Trained with the definitions shown,
-an answer step served without them learned a lesson that turned on their presence: the gate,
-which rendered them too, passed it 9 of 9 while the served adapter followed it on 0 of 8 new
-questions.
+product records them per turn), not a trace's whole list, so a turn is trained and judged on the
+ids it was served with.
 
 Tool calls in a target turn: a template that renders `tool_calls` is used as is. A template that
 ignores them would train the student on an empty turn, so the calls are written as hermes text
