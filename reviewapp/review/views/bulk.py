@@ -1,6 +1,8 @@
 """The trace list's bulk actions: a tag, a queue or one feedback for every ticked trace, each
 in one transaction. A failed one shows the list again with its error and the ticks kept."""
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, QueryDict
@@ -11,7 +13,6 @@ from reviewapp.projects.access import (
     get_admin_membership_for_user,
     get_reviewer_membership_for_user,
 )
-from reviewapp.projects.models import Membership
 from reviewapp.review.feedback import FeedbackError, record_feedback_on_traces
 from reviewapp.review.forms import (
     BulkActionForm,
@@ -26,26 +27,33 @@ from reviewapp.traces.models import Trace
 from reviewapp.traces.views import render_trace_list, trace_list_url
 
 
-def _get_ticked_traces_for_user(
-    user, slug: str, data: QueryDict, *, admin: bool = False
-) -> tuple[Membership, list[Trace]]:
-    """Who acts (a reviewer, or an admin where `admin`) and the traces they ticked; one of
-    another project is a 404."""
+def _bulk_action(
+    request: HttpRequest,
+    slug: str,
+    form_class: type[BulkActionForm],
+    act: Callable[[dict, list[Trace]], str],
+    *,
+    admin: bool = False,
+) -> HttpResponse:
+    """Who acts (a reviewer, or an admin where `admin`) on the traces they ticked (one of another
+    project is a 404); `act` does it in one transaction and says what was done. A refusal, of
+    the form or of the service, shows the list again with its error and the ticks kept."""
     if admin:
-        membership = get_admin_membership_for_user(user, slug)
+        membership = get_admin_membership_for_user(request.user, slug)
     else:
-        membership = get_reviewer_membership_for_user(user, slug)
-    return membership, get_traces_for_membership(membership, data.getlist("trace"))
-
-
-def _refused(request: HttpRequest, membership: Membership, form: BulkActionForm) -> HttpResponse:
-    filters = QueryDict(request.POST.get("filters", ""))
-    return render_trace_list(request, membership, filters, bulk_form=form, status=422)
-
-
-def _done(request: HttpRequest, membership: Membership, summary: str) -> HttpResponse:
-    """Back to the list as it was filtered, saying what was done."""
+        membership = get_reviewer_membership_for_user(request.user, slug)
+    traces = get_traces_for_membership(membership, request.POST.getlist("trace"))
+    form = form_class(request.POST, project=membership.project, traces=traces)
+    if form.is_valid():
+        try:
+            summary = act(form.cleaned_data, traces)
+        except (QueueError, FeedbackError) as error:
+            form.add_error(None, str(error))
+    if form.errors:
+        filters = QueryDict(request.POST.get("filters", ""))
+        return render_trace_list(request, membership, filters, bulk_form=form, status=422)
     messages.success(request, summary)
+    # Back to the list as it was filtered.
     return redirect(trace_list_url(membership.project, request.POST.get("filters", "")))
 
 
@@ -53,56 +61,45 @@ def _traces(count: int) -> str:
     return f"{count} trace{'s' * (count != 1)}"
 
 
+def _unchanged(done: int, traces: list[Trace], why: str) -> str:
+    return f" ({len(traces) - done} {why})" if done < len(traces) else ""
+
+
 @require_POST
 @login_required
 def traces_bulk_tag(request: HttpRequest, slug: str) -> HttpResponse:
-    membership, traces = _get_ticked_traces_for_user(request.user, slug, request.POST)
-    form = BulkTagForm(request.POST, project=membership.project, traces=traces)
-    if not form.is_valid():
-        return _refused(request, membership, form)
-    tag = form.cleaned_data["tag"]
-    added = tag_traces(traces=traces, tag=tag, reviewer=request.user)
-    summary = f"Tagged {_traces(len(traces))} “{tag.name}”"
-    if added < len(traces):
-        summary += f" ({len(traces) - added} had it from you already)"
-    return _done(request, membership, summary + ".")
+    def tag(data: dict, traces: list[Trace]) -> str:
+        added = tag_traces(traces=traces, tag=data["tag"], reviewer=request.user)
+        return (
+            f"Tagged {_traces(len(traces))} “{data['tag'].name}”"
+            f"{_unchanged(added, traces, 'had it from you already')}."
+        )
+
+    return _bulk_action(request, slug, BulkTagForm, tag)
 
 
 @require_POST
 @login_required
 def traces_bulk_queue(request: HttpRequest, slug: str) -> HttpResponse:
+    def enqueue(data: dict, traces: list[Trace]) -> str:
+        added = add_traces_to_queue(queue=data["queue"], traces=traces)
+        return (
+            f"Put {_traces(len(traces))} in the queue “{data['queue'].name}”"
+            f"{_unchanged(added, traces, 'were in it already and kept their place')}."
+        )
+
     # Admins manage queues (the role model); reviewers work them.
-    membership, traces = _get_ticked_traces_for_user(request.user, slug, request.POST, admin=True)
-    form = BulkQueueForm(request.POST, project=membership.project, traces=traces)
-    if form.is_valid():
-        queue = form.cleaned_data["queue"]
-        try:
-            added = add_traces_to_queue(queue=queue, traces=traces)
-        except QueueError as error:
-            form.add_error(None, str(error))
-    if form.errors:
-        return _refused(request, membership, form)
-    summary = f"Put {_traces(len(traces))} in the queue “{queue.name}”"
-    if added < len(traces):
-        summary += f" ({len(traces) - added} were in it already and kept their place)"
-    return _done(request, membership, summary + ".")
+    return _bulk_action(request, slug, BulkQueueForm, enqueue, admin=True)
 
 
 @require_POST
 @login_required
 def traces_bulk_feedback(request: HttpRequest, slug: str) -> HttpResponse:
-    membership, traces = _get_ticked_traces_for_user(request.user, slug, request.POST)
-    form = BulkFeedbackForm(request.POST, project=membership.project, traces=traces)
-    if form.is_valid():
-        try:
-            written = record_feedback_on_traces(
-                traces=traces, text=form.cleaned_data["text"], reviewer=request.user
-            )
-        except FeedbackError as error:
-            form.add_error(None, str(error))
-    if form.errors:
-        return _refused(request, membership, form)
-    summary = f"Wrote the feedback on {_traces(len(traces))}"
-    if written < len(traces):
-        summary += f" ({len(traces) - written} had the same feedback from you already)"
-    return _done(request, membership, summary + ".")
+    def write(data: dict, traces: list[Trace]) -> str:
+        written = record_feedback_on_traces(traces=traces, text=data["text"], reviewer=request.user)
+        return (
+            f"Wrote the feedback on {_traces(len(traces))}"
+            f"{_unchanged(written, traces, 'had the same feedback from you already')}."
+        )
+
+    return _bulk_action(request, slug, BulkFeedbackForm, write)
