@@ -401,7 +401,7 @@ def list_queryset(project, query: str):
 
     from reviewapp.review.models import TraceTag
     from reviewapp.traces.filters import TraceFilterForm, after_cursor, filtered_traces
-    from reviewapp.traces.views import PAGE_SIZE
+    from reviewapp.workbench.trace_list import PAGE_SIZE
 
     params = QueryDict(query)
     form = TraceFilterForm(params or None, project=project)

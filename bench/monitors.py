@@ -175,12 +175,11 @@ def run(config: BenchConfig) -> None:
     from django.test import Client
 
     from reviewapp.monitors.alerts import project_alerts
-    from reviewapp.monitors.models import ToolRollup, TraceRollup
     from reviewapp.monitors.monitors import compute_monitor, monitor_of_traces
-    from reviewapp.monitors.rollups import rebuild_rollups
     from reviewapp.projects.models import Membership
     from reviewapp.projects.services import create_project
-    from reviewapp.traces.models import Trace
+    from reviewapp.traces.models import ToolRollup, Trace, TraceRollup
+    from reviewapp.traces.rollups import rebuild_rollups
 
     project = create_project(slug="bench", name="Bench")
     reviewer = get_user_model().objects.create_user("rita", password="bench-only")

@@ -12,9 +12,9 @@ from reviewapp.monitors.views import monitors, triage
 from reviewapp.projects.views import invitations, members
 from reviewapp.projects.views import keys as api_keys
 from reviewapp.projects.views import settings as project_settings
-from reviewapp.review.views import bulk, queues
+from reviewapp.review.views import queues
 from reviewapp.review.views import tags as projects
-from reviewapp.traces import views as traces
+from reviewapp.workbench import bulk, trace_list, trace_page
 
 # A project's pages; the parts of their paths they share are written once.
 project = "p/<slug:slug>/"
@@ -34,23 +34,23 @@ def page(route: str, view: Callable[..., HttpResponse]) -> URLPattern:
 
 
 urlpatterns = [
-    page("", traces.home),
+    page("", trace_list.home),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    page(f"{project}traces/", traces.trace_list),
-    page(f"{project}traces/views/", traces.saved_view_create),
-    page(f"{project}traces/views/<int:view_id>/delete/", traces.saved_view_delete),
+    page(f"{project}traces/", trace_list.trace_list),
+    page(f"{project}traces/views/", trace_list.saved_view_create),
+    page(f"{project}traces/views/<int:view_id>/delete/", trace_list.saved_view_delete),
     page(f"{project}traces/bulk/tag/", bulk.traces_bulk_tag),
     page(f"{project}traces/bulk/queue/", bulk.traces_bulk_queue),
     page(f"{project}traces/bulk/feedback/", bulk.traces_bulk_feedback),
-    page(f"{trace}", traces.trace_detail),
-    page(f"{trace}tags/<int:tag_id>/", traces.trace_toggle_tag),
-    page(f"{trace}tags/undo/", traces.trace_undo_untag),
-    page(f"{trace}feedback/", traces.trace_add_feedback),
-    page(f"{feedback}delete/", traces.feedback_delete),
-    page(f"{trace}feedback/undo/<int:deleted_id>/", traces.feedback_undo_delete),
-    page(f"{feedback}retry/", traces.feedback_retry),
-    page(f"{feedback}correct/", traces.feedback_correct),
+    page(f"{trace}", trace_page.trace_detail),
+    page(f"{trace}tags/<int:tag_id>/", trace_page.trace_toggle_tag),
+    page(f"{trace}tags/undo/", trace_page.trace_undo_untag),
+    page(f"{trace}feedback/", trace_page.trace_add_feedback),
+    page(f"{feedback}delete/", trace_page.feedback_delete),
+    page(f"{trace}feedback/undo/<int:deleted_id>/", trace_page.feedback_undo_delete),
+    page(f"{feedback}retry/", trace_page.feedback_retry),
+    page(f"{feedback}correct/", trace_page.feedback_correct),
     page(f"{trace}similar/", triage.trace_similar),
     page(f"{trace}similar/apply/", triage.trace_apply_feedback),
     page(f"{project}triage/", triage.triage_rules),

@@ -10,7 +10,8 @@ from reviewapp.projects import api as settings
 from reviewapp.projects.key_auth import ProjectKeyAuth
 from reviewapp.projects.models import KeyScope
 from reviewapp.review import api as review
-from reviewapp.traces.api import otel, traces
+from reviewapp.traces.api import otel
+from reviewapp.workbench import api as traces
 
 api = NinjaAPI(
     title="Apprentice API",

@@ -34,11 +34,11 @@ from reviewapp.gateway.conversation import (
 )
 from reviewapp.gateway.models import ModelCall
 from reviewapp.jobs import after_traces_changed, settle_when_quiet
-from reviewapp.monitors.facts import TraceFacts, add_message_facts
-from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.traces.chat import preview_text
+from reviewapp.traces.facts import TraceFacts, add_message_facts
 from reviewapp.traces.ingest import SEARCH_TEXT_MAX_CHARS, search_text
 from reviewapp.traces.models import Termination, Trace, TraceSegment, TraceSource
+from reviewapp.traces.rollups import roll_up_traces
 
 # A settle task not heard of this long after it was due was lost (a broker restart): the next
 # call schedules another.

@@ -19,7 +19,7 @@ FACT_FIELDS = [
 
 
 def backfill(apps, schema_editor):
-    from reviewapp.monitors.facts import facts_of
+    from reviewapp.traces.facts import facts_of
 
     Trace = apps.get_model("reviewapp", "Trace")
     ModelCall = apps.get_model("reviewapp", "ModelCall")

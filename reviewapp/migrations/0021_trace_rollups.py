@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 def backfill(apps, schema_editor):
     """The rollups of the traces stored before them (nothing to do on an empty database)."""
-    from reviewapp.monitors.rollups import rebuild_rollups
+    from reviewapp.traces.rollups import rebuild_rollups
 
     rebuild_rollups(apps=apps)
 

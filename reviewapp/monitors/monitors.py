@@ -1,9 +1,9 @@
 """Environment monitors: how each model version meets its environment, and how that changes.
 
 Counts, rates and averages come from the trace summary columns and the per-trace facts
-(reviewapp/monitors/facts.py: tool results and errors per tool, answers and their words, cut
+(reviewapp/traces/facts.py: tool results and errors per tool, answers and their words, cut
 replies), summed exactly; no body is opened. They are read from the rollups
-(reviewapp/monitors/rollups.py: the same sums per version, hour received and termination, kept
+(reviewapp/traces/rollups.py: the same sums per version, hour received and termination, kept
 as traces are written) when the filters are ones the rollups can answer (version, termination,
 dates); other filters (text, tags, outcome, review state) sum over every matching trace
 (`monitor_of_traces`), one grouped query plus the errors per tool from the failing traces. Either
@@ -24,11 +24,16 @@ from django.db.models.functions import Cast, TruncDay, TruncHour
 from django.urls import reverse
 from django.utils import timezone
 
-from reviewapp.monitors.models import ToolRollup, TraceRollup
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Feedback
 from reviewapp.traces.filters import BASE_ADAPTER, filtered_traces
-from reviewapp.traces.models import FAILURE_TERMINATIONS, Termination, Trace
+from reviewapp.traces.models import (
+    FAILURE_TERMINATIONS,
+    Termination,
+    ToolRollup,
+    Trace,
+    TraceRollup,
+)
 
 
 class _ConvertedOnce:

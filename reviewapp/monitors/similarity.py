@@ -1,5 +1,6 @@
 """Trace embeddings in the database, and what they are for: similar traces, failure clusters,
-suggested tags, and how alike two traces are when a feedback is copied from one to the other.
+suggested tags, and a feedback copied onto the traces a reviewer confirmed alike (with how alike
+they are).
 
 Every trace of a project is compared. Where the database has pgvector (migration 0016 adds the
 `embedding` column and its HNSW index when it can), PostgreSQL finds the nearest vectors itself;
@@ -19,7 +20,8 @@ from pgvector.django import CosineDistance
 from reviewapp.monitors import embeddings as similarity
 from reviewapp.monitors.models import TraceEmbedding, TraceVector
 from reviewapp.projects.models import Project
-from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.review.feedback import FeedbackError, record_feedback
+from reviewapp.review.models import CopiedFeedback, Feedback, Tag, TraceTag
 from reviewapp.traces.models import Termination, Trace
 
 # Traces embedded per forward batch group and per transaction.
@@ -355,3 +357,50 @@ def _describe_cluster(members: list[int], examples: int) -> Cluster:
         tags=tags.most_common(5),
         feedback=feedback,
     )
+
+
+@dataclass(frozen=True)
+class AppliedFeedback:
+    created: list[Feedback]
+    skipped: list[tuple[Trace, str]]  # traces it did not fit, with the reason
+
+
+@transaction.atomic
+def apply_feedback_to_traces(
+    *, feedback: Feedback, traces: list[Trace], reviewer
+) -> AppliedFeedback:
+    """Copy a feedback onto traces a reviewer confirmed as alike, each as its own Feedback.
+
+    The copy is about the whole trace (turn numbers and tool call ids do not carry over, nor
+    does a correction written for one turn); text, rating and checks do. Its author is the
+    confirming reviewer and CopiedFeedback records where it came from. Applying twice adds
+    nothing.
+    """
+    created, skipped = [], []
+    for trace in traces:
+        if trace.project_id != feedback.trace.project_id or trace.pk == feedback.trace_id:
+            skipped.append((trace, "not another trace of this project"))
+            continue
+        try:
+            copy, is_new = record_feedback(
+                trace=trace,
+                text=feedback.text,
+                rating=feedback.rating,
+                checks=feedback.checks,
+                author=reviewer.get_username(),
+                reviewer=reviewer,
+            )
+        except FeedbackError as error:
+            skipped.append((trace, str(error)))
+            continue
+        if not is_new:
+            skipped.append((trace, "it already has this feedback"))
+            continue
+        CopiedFeedback.objects.create(
+            feedback=copy,
+            source=feedback,
+            similarity=similarity_between(feedback.trace, trace),
+            confirmed_by=reviewer,
+        )
+        created.append(copy)
+    return AppliedFeedback(created=created, skipped=skipped)

@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,13 +14,12 @@ from pydantic import ValidationError
 
 from messages.text import message_text
 from reviewapp import jobs
-from reviewapp.monitors.rollups import roll_up_traces
-from reviewapp.monitors.similarity import similarity_between
 from reviewapp.projects.models import ApiKey, KeyScope
 from reviewapp.projects.project_settings import settings_for
 from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback, FeedbackStatus
 from reviewapp.traces.chat import Message, describe_validation_error
 from reviewapp.traces.models import Trace
+from reviewapp.traces.rollups import roll_up_traces
 from training.checks import check_problem
 
 # Feedback becomes part of a teacher prompt and a correction becomes a training target: both must
@@ -457,50 +455,3 @@ def record_feedback_on_traces(*, traces: list[Trace], text: str, reviewer) -> in
         )
         written += created
     return written
-
-
-@dataclass(frozen=True)
-class AppliedFeedback:
-    created: list[Feedback]
-    skipped: list[tuple[Trace, str]]  # traces it did not fit, with the reason
-
-
-@transaction.atomic
-def apply_feedback_to_traces(
-    *, feedback: Feedback, traces: list[Trace], reviewer
-) -> AppliedFeedback:
-    """Copy a feedback onto traces a reviewer confirmed as alike, each as its own Feedback.
-
-    The copy is about the whole trace (turn numbers and tool call ids do not carry over, nor
-    does a correction written for one turn); text, rating and checks do. Its author is the
-    confirming reviewer and CopiedFeedback records where it came from. Applying twice adds
-    nothing.
-    """
-    created, skipped = [], []
-    for trace in traces:
-        if trace.project_id != feedback.trace.project_id or trace.pk == feedback.trace_id:
-            skipped.append((trace, "not another trace of this project"))
-            continue
-        try:
-            copy, is_new = record_feedback(
-                trace=trace,
-                text=feedback.text,
-                rating=feedback.rating,
-                checks=feedback.checks,
-                author=reviewer.get_username(),
-                reviewer=reviewer,
-            )
-        except FeedbackError as error:
-            skipped.append((trace, str(error)))
-            continue
-        if not is_new:
-            skipped.append((trace, "it already has this feedback"))
-            continue
-        CopiedFeedback.objects.create(
-            feedback=copy,
-            source=feedback,
-            similarity=similarity_between(feedback.trace, trace),
-            confirmed_by=reviewer,
-        )
-        created.append(copy)
-    return AppliedFeedback(created=created, skipped=skipped)

@@ -176,7 +176,7 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(Exists(TraceTag.objects.filter(trace=OuterRef("pk"), tag=tag)))
     if filters.get("termination"):
         traces = traces.filter(termination__in=filters["termination"])
-    # The per-trace facts stored at ingest (reviewapp/monitors/facts.py): the counts the
+    # The per-trace facts stored at ingest (reviewapp/traces/facts.py): the counts the
     # monitors sum, so a figure there and the traces its link opens agree.
     if filters.get("tool_failure") == TOOL_FAILED:
         traces = traces.filter(tool_error_count__gt=0)

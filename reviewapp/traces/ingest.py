@@ -13,8 +13,6 @@ from psycopg.types.json import Jsonb
 
 from messages.text import message_text
 from reviewapp.jobs import after_traces_changed
-from reviewapp.monitors.facts import facts_of
-from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.projects.models import Project
 from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.chat import (
@@ -24,8 +22,10 @@ from reviewapp.traces.chat import (
     preview_text,
     unknown_fields,
 )
+from reviewapp.traces.facts import facts_of
 from reviewapp.traces.models import Termination, Trace, TraceSource
 from reviewapp.traces.rendering import looks_like_tool_error
+from reviewapp.traces.rollups import roll_up_traces
 
 # Enough for the answers of a long episode; the trigram index stays small per row.
 SEARCH_TEXT_MAX_CHARS = 8000

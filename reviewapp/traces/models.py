@@ -64,7 +64,7 @@ class Trace(models.Model):
     preview = models.CharField(max_length=300, blank=True)
     # Assistant answers and tool errors, for the text filter (trigram index, migration 0013).
     search_text = models.TextField(blank=True, default="")
-    # Facts the monitors aggregate (reviewapp/monitors/facts.py), exact over every trace.
+    # Facts the monitors aggregate (reviewapp/traces/facts.py), exact over every trace.
     tool_results = models.JSONField(default=dict, blank=True)  # tool name -> results
     tool_errors = models.JSONField(default=dict, blank=True)  # tool name -> error results
     tool_result_count = models.IntegerField(default=0)
@@ -204,3 +204,93 @@ class SavedView(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TraceRollup(models.Model):
+    """The monitors' counts and sums over a project's traces, per (model, adapter version, hour
+    received, termination), kept up to date as traces are written (reviewapp/traces/rollups.py)
+    so a monitor reads these rows instead of every trace."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    bucket = models.DateTimeField()  # the hour (UTC) the traces were received in
+    termination = models.CharField(max_length=32)
+    traces = models.IntegerField(default=0)
+    first_seen = models.DateTimeField(null=True)  # the earliest received_at among them
+    succeeded = models.IntegerField(default=0)  # success True
+    unsuccessful = models.IntegerField(default=0)  # success False
+    tool_calls = models.BigIntegerField(default=0)
+    tokens_total = models.BigIntegerField(default=0)  # completion tokens, where reported
+    tokens_reported = models.IntegerField(default=0)
+    reward_total = models.FloatField(default=0.0)
+    rewarded = models.IntegerField(default=0)
+    tool_results = models.BigIntegerField(default=0)
+    tool_errors = models.BigIntegerField(default=0)
+    answers = models.BigIntegerField(default=0)
+    answer_words = models.BigIntegerField(default=0)
+    truncated_replies = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # serves: the monitors, which read a project's rows (and the writers' upserts)
+            models.UniqueConstraint(
+                fields=["project", "model", "adapter_version", "bucket", "termination"],
+                name="trace_rollup_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.traces} traces of {self.adapter_version or self.model} at {self.bucket}"
+
+
+class ToolRollup(models.Model):
+    """Tool results and errors per tool, in the same groups as `TraceRollup`."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    bucket = models.DateTimeField()
+    termination = models.CharField(max_length=32)
+    tool = models.TextField()
+    results = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # serves: the monitors' per-tool figures (and the writers' upserts)
+            models.UniqueConstraint(
+                fields=["project", "model", "adapter_version", "bucket", "termination", "tool"],
+                name="tool_rollup_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.errors}/{self.results} failed at {self.bucket}"
+
+
+class RolledUpTrace(models.Model):
+    """What the rollups count for one trace: a writer that changes a trace has its old share
+    taken out and the new one put in. No foreign key, so a deleted trace's share can still be
+    taken out."""
+
+    trace_id = models.BigIntegerField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200, blank=True)
+    adapter_version = models.CharField(max_length=200, blank=True)
+    termination = models.CharField(max_length=32)
+    received_at = models.DateTimeField()
+    success = models.BooleanField(null=True)
+    reward = models.FloatField(null=True)
+    completion_tokens = models.IntegerField(null=True)
+    tool_call_count = models.IntegerField(default=0)
+    tool_results = models.JSONField(default=dict)
+    tool_errors = models.JSONField(default=dict)
+    tool_result_count = models.IntegerField(default=0)
+    tool_error_count = models.IntegerField(default=0)
+    answer_count = models.IntegerField(default=0)
+    answer_words = models.IntegerField(default=0)
+    truncated_replies = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"rolled-up trace {self.trace_id}"

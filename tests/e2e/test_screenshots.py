@@ -16,11 +16,11 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.review.feedback import record_feedback
 from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import Trace
+from reviewapp.traces.rollups import roll_up_traces
 from tests.e2e.conftest import sign_in
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"

@@ -21,8 +21,8 @@ from reviewapp.gateway.calls import RecordedCall, record_model_call, record_mode
 from reviewapp.gateway.conversation import canonical_message
 from reviewapp.gateway.models import ModelCall
 from reviewapp.gateway.recorder import CallRecorder
-from reviewapp.monitors.facts import facts_of
 from reviewapp.traces import ingest
+from reviewapp.traces.facts import facts_of
 from reviewapp.traces.ingest import search_text
 from reviewapp.traces.models import Trace, TraceSegment, tools_shown
 

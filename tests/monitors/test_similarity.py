@@ -9,7 +9,8 @@ from django.core.management import call_command
 from reviewapp.monitors import embeddings as similarity
 from reviewapp.monitors import similarity as service
 from reviewapp.monitors.models import TraceEmbedding
-from reviewapp.review.feedback import apply_feedback_to_traces, record_feedback
+from reviewapp.monitors.similarity import apply_feedback_to_traces
+from reviewapp.review.feedback import record_feedback
 from reviewapp.review.models import CopiedFeedback, Feedback, Tag, TraceTag
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import Trace

@@ -9,10 +9,10 @@ from django.test import Client
 from django.utils import timezone
 
 from reviewapp.monitors import alerts
-from reviewapp.monitors.rollups import roll_up_traces
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import Trace
+from reviewapp.traces.rollups import roll_up_traces
 from tests.e2e.test_xss import PAYLOADS, payload_trace
 from tests.factories import ApiClient, make_trace
 from tests.site.scenarios import SHORT_ANSWER, play

@@ -11,7 +11,12 @@ from reviewapp import jobs
 from reviewapp.fragments import render_page
 from reviewapp.monitors.forms import CONDITION_FIELDS, ApplyFeedbackForm, TriageRuleForm
 from reviewapp.monitors.models import TriageRule
-from reviewapp.monitors.similarity import failure_clusters, similar_traces, suggested_tags
+from reviewapp.monitors.similarity import (
+    apply_feedback_to_traces,
+    failure_clusters,
+    similar_traces,
+    suggested_tags,
+)
 from reviewapp.monitors.triage import ANY_TOOL, rules_with_counts, save_rule
 from reviewapp.projects.access import (
     get_admin_membership_for_user,
@@ -19,7 +24,6 @@ from reviewapp.projects.access import (
     get_reviewer_membership_for_user,
 )
 from reviewapp.projects.models import Membership
-from reviewapp.review.feedback import apply_feedback_to_traces
 from reviewapp.review.models import TraceTag
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.traces.access import get_trace_for_membership

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Min, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, TruncHour
 
-from reviewapp.monitors.facts import FACT_COLUMNS
+from reviewapp.traces.facts import FACT_COLUMNS
 
 # The trace columns a trace's share is made of (the `RolledUpTrace` fields but its id).
 SHARE_FIELDS = [

@@ -20,11 +20,12 @@ from reviewapp.review.feedback import (
 )
 from reviewapp.review.models import Feedback, TraceTag
 from reviewapp.traces.access import get_trace_for_project
-from reviewapp.traces.api import schemas
+from reviewapp.traces.api import schemas as ingest_schemas
 from reviewapp.traces.chat import text_problem
 from reviewapp.traces.filters import text_matches
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.traces.models import Trace, TraceSource
+from reviewapp.workbench import schemas
 
 router = Router(tags=["traces"])
 
@@ -92,12 +93,12 @@ def _feedback_json(feedback: Feedback) -> dict:
 
 @router.post(
     "/traces",
-    response={207: schemas.BatchResultOut, **ERRORS},
+    response={207: ingest_schemas.BatchResultOut, **ERRORS},
     summary="Ingest a batch of traces (idempotent on external_id)",
     exclude_none=True,
     **requires(KeyScope.INGEST),
 )
-def post_traces(request: HttpRequest, batch: schemas.TraceBatchIn):
+def post_traces(request: HttpRequest, batch: ingest_schemas.TraceBatchIn):
     limit = settings.INGEST_MAX_TRACES_PER_BATCH
     if len(batch.traces) > limit:
         raise HttpError(413, f"{len(batch.traces)} traces is over the limit of {limit} per batch")

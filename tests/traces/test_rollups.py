@@ -14,13 +14,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from reviewapp.gateway.calls import RecordedCall, record_model_call
-from reviewapp.monitors import rollups
-from reviewapp.monitors.models import RolledUpTrace, ToolRollup, TraceRollup
 from reviewapp.monitors.monitors import Monitor, compute_monitor, monitor_of_traces
-from reviewapp.monitors.rollups import SHARE_FIELDS, rebuild_rollups, roll_up_traces
 from reviewapp.review.models import Feedback
+from reviewapp.traces import rollups
 from reviewapp.traces.filters import filtered_traces
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import RolledUpTrace, ToolRollup, Trace, TraceRollup
+from reviewapp.traces.rollups import SHARE_FIELDS, rebuild_rollups, roll_up_traces
 from tests.factories import ApiClient, make_trace
 from tests.site.scenarios import SHORT_ANSWER, play
 
@@ -357,8 +356,8 @@ from reviewapp.traces.filters import filtered_traces
 from reviewapp.traces.ingest import ingest_traces
 from reviewapp.monitors.monitors import compute_monitor, monitor_of_traces
 from reviewapp.projects.services import create_project
-from reviewapp.monitors.rollups import rebuild_rollups
-from reviewapp.monitors.models import TraceRollup, ToolRollup
+from reviewapp.traces.rollups import rebuild_rollups
+from reviewapp.traces.models import TraceRollup, ToolRollup
 from tests.factories import make_trace
 project = create_project(slug="acme", name="Acme")
 ingest_traces(project=project, raw_items=[

@@ -24,7 +24,7 @@ from reviewapp.review.queues import QueueError, add_traces_to_queue
 from reviewapp.review.tags import tag_traces
 from reviewapp.traces.access import get_traces_for_membership
 from reviewapp.traces.models import Trace
-from reviewapp.traces.views import render_trace_list, trace_list_url
+from reviewapp.workbench.trace_list import render_trace_list, trace_list_url
 
 
 def _bulk_action(

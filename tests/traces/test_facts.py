@@ -1,6 +1,6 @@
 """Per-trace facts: tool results and errors per tool, answers, cut replies, and their sums."""
 
-from reviewapp.monitors.facts import TraceFacts, add_message_facts, facts_of
+from reviewapp.traces.facts import TraceFacts, add_message_facts, facts_of
 from reviewapp.traces.ingest import ingest_traces
 from tests.factories import make_trace
 
