@@ -276,7 +276,7 @@ def copy_reviews(*, project, reviewer, seed: int) -> tuple[int, int]:
     """Tags and feedback by `reviewer` on a random share of the traces; (tags, feedback) rows."""
     from django.db import connection
 
-    from reviewapp.review.models import Tag
+    from reviewapp.traces.models import Tag
 
     rng = random.Random(seed + 1)
     trace_ids = list(project.traces.values_list("id", flat=True))
@@ -399,8 +399,8 @@ def list_queryset(project, query: str):
     from django.db.models import Count, Prefetch
     from django.http import QueryDict
 
-    from reviewapp.review.models import TraceTag
     from reviewapp.traces.filters import TraceFilterForm, after_cursor, filtered_traces
+    from reviewapp.traces.models import TraceTag
     from reviewapp.workbench.trace_list import PAGE_SIZE
 
     params = QueryDict(query)

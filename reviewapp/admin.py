@@ -2,8 +2,8 @@ from django.contrib import admin
 
 from reviewapp.projects.models import ApiKey, Project
 from reviewapp.projects.services import revoke_api_key
-from reviewapp.review.models import Feedback, Tag, TraceTag
-from reviewapp.traces.models import Trace
+from reviewapp.review.models import Feedback
+from reviewapp.traces.models import Tag, Trace, TraceTag
 
 
 @admin.register(Project)

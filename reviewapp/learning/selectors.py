@@ -4,8 +4,7 @@ from django.db.models import Q, QuerySet
 
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
-from reviewapp.review.models import TraceTag
-from reviewapp.traces.models import Trace, tools_shown
+from reviewapp.traces.models import Trace, TraceTag, tools_shown
 
 # Recent traces that went well, for the forgetting guard and the gate's drift check.
 GOOD_TRACES = 8

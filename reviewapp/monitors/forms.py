@@ -5,9 +5,9 @@ from django import forms
 
 from reviewapp.monitors.models import TriageRule
 from reviewapp.monitors.triage import ANY_TOOL
-from reviewapp.review.models import Feedback, Queue, Tag
+from reviewapp.review.models import Feedback, Queue
 from reviewapp.traces.filters import TraceFilterForm
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace
 
 CONDITION_FIELDS = (
     "termination",

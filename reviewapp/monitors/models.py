@@ -7,8 +7,8 @@ from django.utils import timezone
 from pgvector.django import VectorField
 
 from reviewapp.projects.models import Project
-from reviewapp.review.models import Queue, Tag
-from reviewapp.traces.models import Termination, Trace, TraceOutcome
+from reviewapp.review.models import Queue
+from reviewapp.traces.models import Tag, Termination, Trace, TraceOutcome
 
 
 class TriageRule(models.Model):

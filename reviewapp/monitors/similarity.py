@@ -21,8 +21,8 @@ from reviewapp.monitors import embeddings as similarity
 from reviewapp.monitors.models import TraceEmbedding, TraceVector
 from reviewapp.projects.models import Project
 from reviewapp.review.feedback import FeedbackError, record_feedback
-from reviewapp.review.models import CopiedFeedback, Feedback, Tag, TraceTag
-from reviewapp.traces.models import Termination, Trace
+from reviewapp.review.models import CopiedFeedback, Feedback
+from reviewapp.traces.models import Tag, Termination, Trace, TraceTag
 
 # Traces embedded per forward batch group and per transaction.
 EMBED_CHUNK = 256

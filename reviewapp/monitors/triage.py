@@ -14,8 +14,8 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from messages.text import content_text
 from reviewapp.monitors.models import TriageMatch, TriageRule
 from reviewapp.projects.models import Project
-from reviewapp.review.models import Queue, QueueItem, TraceTag
-from reviewapp.traces.models import Trace, TraceOutcome
+from reviewapp.review.models import Queue, QueueItem
+from reviewapp.traces.models import Trace, TraceOutcome, TraceTag
 from reviewapp.traces.rendering import looks_like_tool_error
 
 # Bodies decompressed at a time when a rule needs them.

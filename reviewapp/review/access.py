@@ -3,7 +3,8 @@ does not exist here)."""
 
 from reviewapp.projects.access import first_or_404
 from reviewapp.projects.models import Membership
-from reviewapp.review.models import Queue, Tag
+from reviewapp.review.models import Queue
+from reviewapp.traces.models import Tag
 
 
 def get_queue_for_membership(membership: Membership, queue_id: int) -> Queue:

@@ -15,10 +15,11 @@ from reviewapp.api.schemas import ERRORS
 from reviewapp.projects.access import first_or_404
 from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope
-from reviewapp.review.models import Queue, QueueItem, QueueReview, Tag, TraceTag
+from reviewapp.review.models import Queue, QueueItem, QueueReview
 from reviewapp.review.queues import with_progress
 from reviewapp.review.tags import add_tag, remove_tag
 from reviewapp.traces.access import get_trace_for_project
+from reviewapp.traces.models import Tag, TraceTag
 
 router = Router(tags=["review"])
 

@@ -8,10 +8,10 @@ from django.contrib.auth import get_user_model
 
 from reviewapp.projects.models import Project, Role
 from reviewapp.review.feedback import MAX_FEEDBACK_TEXT_LENGTH
-from reviewapp.review.models import Queue, Tag
+from reviewapp.review.models import Queue
 from reviewapp.review.queues import MAX_QUEUE_ITEMS
 from reviewapp.traces.filters import TraceFilterForm, filter_query
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace
 from reviewapp.traces.rendering import TurnView
 from training.checks import check_problem
 

@@ -1,57 +1,12 @@
-"""Reviewers' work on traces: the tag taxonomy, feedback, queues and their reviews."""
+"""Reviewers' work on traces: feedback, queues and their reviews (tags are stored with the traces,
+reviewapp/traces/models.py; review/tags.py curates the taxonomy)."""
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
 from django.utils import timezone
 
 from reviewapp.projects.models import ApiKey, Project
 from reviewapp.traces.models import Trace
-
-
-class Tag(models.Model):
-    """A failure category in a project's taxonomy; `parent` makes it a tree."""
-
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tags")
-    name = models.CharField(max_length=100)
-    parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
-    )
-    description = models.TextField(blank=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "name"], name="tag_name")]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class TraceTag(models.Model):
-    """A tag on a trace, by one reviewer (or by a machine when `reviewer` is empty)."""
-
-    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="trace_tags")
-    tag = models.ForeignKey(Tag, on_delete=models.CASCADE, related_name="trace_tags")
-    reviewer = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["trace", "tag", "reviewer"], name="tracetag_once_per_reviewer"
-            ),
-            models.UniqueConstraint(
-                fields=["trace", "tag"],
-                condition=Q(reviewer__isnull=True),
-                name="tracetag_once_per_machine",
-            ),
-        ]
-        # serves: the list filtered by tag (EXISTS on tag, trace)
-        indexes = [models.Index(fields=["tag", "trace"], name="tracetag_by_tag")]
-
-    def __str__(self) -> str:
-        return f"{self.tag_id} on {self.trace_id}"
 
 
 class FeedbackStatus(models.TextChoices):

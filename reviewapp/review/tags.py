@@ -6,8 +6,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from reviewapp.projects.models import Project
-from reviewapp.review.models import Tag, TraceTag
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace, TraceTag
 
 
 class TagError(ValueError):

@@ -12,8 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from reviewapp.projects.models import Project
-from reviewapp.review.models import Feedback, Tag, TraceTag
-from reviewapp.traces.models import FAILURE_TERMINATIONS, Termination, Trace
+from reviewapp.traces.models import FAILURE_TERMINATIONS, Tag, Termination, Trace, TraceTag
 
 SORTS = {
     # name: (label, column, descending)
@@ -203,7 +202,8 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(success__isnull=True)
     elif outcome == FAILED_EPISODE:
         traces = traces.filter(Q(success=False) | Q(termination__in=FAILURE_TERMINATIONS))
-    has_feedback = Exists(Feedback.objects.filter(trace=OuterRef("pk")))
+    # Through the relation review's Feedback declares on a trace: search sits below review.
+    has_feedback = Exists(Trace.objects.filter(pk=OuterRef("pk"), feedback__isnull=False))
     if filters.get("feedback") == "yes":
         traces = traces.filter(has_feedback)
     elif filters.get("feedback") == "no":

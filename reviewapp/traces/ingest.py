@@ -14,7 +14,6 @@ from psycopg.types.json import Jsonb
 from messages.text import message_text
 from reviewapp.jobs import after_traces_changed
 from reviewapp.projects.models import Project
-from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.chat import (
     IngestError,
     TraceItem,
@@ -23,7 +22,7 @@ from reviewapp.traces.chat import (
     unknown_fields,
 )
 from reviewapp.traces.facts import facts_of
-from reviewapp.traces.models import Termination, Trace, TraceSource
+from reviewapp.traces.models import Tag, Termination, Trace, TraceSource, TraceTag
 from reviewapp.traces.rendering import looks_like_tool_error
 from reviewapp.traces.rollups import roll_up_traces
 

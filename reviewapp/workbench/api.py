@@ -18,13 +18,13 @@ from reviewapp.review.feedback import (
     record_feedback,
     record_outcome,
 )
-from reviewapp.review.models import Feedback, TraceTag
+from reviewapp.review.models import Feedback
 from reviewapp.traces.access import get_trace_for_project
 from reviewapp.traces.api import schemas as ingest_schemas
 from reviewapp.traces.chat import text_problem
 from reviewapp.traces.filters import text_matches
 from reviewapp.traces.ingest import ingest_traces
-from reviewapp.traces.models import Trace, TraceSource
+from reviewapp.traces.models import Trace, TraceSource, TraceTag
 from reviewapp.workbench import schemas
 
 router = Router(tags=["traces"])

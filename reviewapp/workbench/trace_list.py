@@ -23,12 +23,7 @@ from reviewapp.review.forms import (
     BulkQueueForm,
     BulkTagForm,
 )
-from reviewapp.review.models import (
-    Feedback,
-    QueueReview,
-    ReviewStatus,
-    TraceTag,
-)
+from reviewapp.review.models import Feedback, QueueReview, ReviewStatus
 from reviewapp.traces.access import (
     get_saved_view_for_membership,
     saved_views_for_membership,
@@ -42,7 +37,7 @@ from reviewapp.traces.filters import (
     search_matches,
 )
 from reviewapp.traces.forms import SavedViewForm
-from reviewapp.traces.models import SavedView, Trace
+from reviewapp.traces.models import SavedView, Trace, TraceTag
 from reviewapp.traces.saved_views import SavedViewError, save_view
 
 PAGE_SIZE = 50

@@ -33,20 +33,14 @@ from reviewapp.review.feedback import (
 from reviewapp.review.forms import (
     FeedbackForm,
 )
-from reviewapp.review.models import (
-    CopiedFeedback,
-    DeletedFeedback,
-    Feedback,
-    Tag,
-    TraceTag,
-)
+from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.review.tags import restore_tag, toggle_tag
 from reviewapp.review.views.queues import queue_context
 from reviewapp.traces.access import (
     get_trace_for_membership,
 )
-from reviewapp.traces.models import Termination, Trace
+from reviewapp.traces.models import Tag, Termination, Trace, TraceTag
 from reviewapp.traces.rendering import conversation, tool_definitions
 
 # Sent with a changed feedback panel: the trace page's "more like this" reloads, so its

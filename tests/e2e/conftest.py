@@ -19,7 +19,8 @@ from reviewapp.learning.runs import start_retrain
 from reviewapp.monitors.models import TriageRule
 from reviewapp.projects.models import Project
 from reviewapp.review.feedback import mark_feedback_failed
-from reviewapp.review.models import Feedback, FeedbackStatus, Queue, Tag
+from reviewapp.review.models import Feedback, FeedbackStatus, Queue
+from reviewapp.traces.models import Tag
 from tests.site.test_views_every_page import PAGES, _named_patterns
 
 # Playwright's own browser downloads are not reachable here; the distribution's chromium is.

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from playwright.sync_api import expect
 
-from reviewapp.review.models import TraceTag
+from reviewapp.traces.models import TraceTag
 from tests.e2e.conftest import sign_in
 
 pytestmark = pytest.mark.slow

@@ -17,9 +17,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.ingest import ingest_traces
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace, TraceTag
 from reviewapp.traces.rollups import roll_up_traces
 from tests.e2e.conftest import sign_in
 

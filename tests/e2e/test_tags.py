@@ -3,8 +3,8 @@
 import pytest
 from playwright.sync_api import expect
 
-from reviewapp.review.models import Tag, TraceTag
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.e2e.conftest import sign_in
 from tests.factories import make_trace
 

@@ -8,8 +8,9 @@ from playwright.sync_api import expect
 from reviewapp.monitors import embeddings as similarity
 from reviewapp.monitors.models import TraceEmbedding
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.review.models import Feedback
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 pytestmark = pytest.mark.slow

@@ -3,8 +3,8 @@ import orjson
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Membership
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import TraceTag
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import TraceTag
 from tests.factories import make_trace
 
 URL = "/api/v1/export.jsonl"

@@ -15,7 +15,7 @@ from django.db.models import Q
 from reviewapp.monitors import embeddings as similarity
 from reviewapp.monitors import similarity as service
 from reviewapp.monitors.models import TraceEmbedding, TraceVector
-from reviewapp.review.models import Tag, TraceTag
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 from tests.monitors.test_similarity import (
     SEARCH_TIMEOUTS,

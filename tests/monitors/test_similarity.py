@@ -11,9 +11,9 @@ from reviewapp.monitors import similarity as service
 from reviewapp.monitors.models import TraceEmbedding
 from reviewapp.monitors.similarity import apply_feedback_to_traces
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import CopiedFeedback, Feedback, Tag, TraceTag
+from reviewapp.review.models import CopiedFeedback, Feedback
 from reviewapp.traces.ingest import ingest_traces
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace, TraceTag
 from tests.factories import make_trace
 
 SEARCH_TIMEOUTS = [

@@ -12,9 +12,9 @@ from reviewapp.monitors import tasks
 from reviewapp.monitors.models import TriageMatch, TriageRule
 from reviewapp.monitors.triage import in_sample, route_traces
 from reviewapp.review.feedback import record_outcome
-from reviewapp.review.models import Queue, QueueItem, Tag, TraceTag
+from reviewapp.review.models import Queue, QueueItem
 from reviewapp.traces.ingest import ingest_traces
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace, TraceTag
 from tests.factories import make_trace
 
 

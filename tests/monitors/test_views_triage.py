@@ -9,9 +9,9 @@ from reviewapp.monitors import embeddings as similarity
 from reviewapp.monitors.models import TraceEmbedding, TriageRule
 from reviewapp.monitors.triage import route_traces
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import CopiedFeedback, Feedback, Queue, Tag, TraceTag
+from reviewapp.review.models import CopiedFeedback, Feedback, Queue
 from reviewapp.traces.ingest import ingest_traces
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace, TraceTag
 from tests.factories import make_trace
 
 

@@ -10,8 +10,9 @@ from reviewapp.api.app import api as ninja_api
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.learning.proposals import propose_targets_for
 from reviewapp.projects.models import ApiKey
-from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.review.models import Feedback
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import ApiClient, make_trace
 
 ADMIN_ROUTES = [

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from reviewapp.projects.models import ApiKey, Membership, Project
-from reviewapp.review.models import Feedback, TraceTag
-from reviewapp.traces.models import Trace
+from reviewapp.review.models import Feedback
+from reviewapp.traces.models import Trace, TraceTag
 from tests.factories import ApiClient, make_trace
 
 

@@ -3,8 +3,9 @@ from django.test import Client
 
 from reviewapp.monitors.models import TriageRule
 from reviewapp.projects.models import ApiKey
-from reviewapp.review.models import Queue, Tag, TraceTag
+from reviewapp.review.models import Queue
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import ApiClient, make_trace
 
 

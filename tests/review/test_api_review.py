@@ -6,8 +6,9 @@ from django.utils import timezone
 
 from reviewapp.api.app import api as ninja_api
 from reviewapp.projects.services import create_api_key
-from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus, Tag, TraceTag
+from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import ApiClient, make_trace
 
 REVIEW_ROUTES = [

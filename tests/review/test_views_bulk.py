@@ -5,8 +5,9 @@ from django.test import Client
 
 from reviewapp.review import feedback as feedback_service
 from reviewapp.review.feedback import FeedbackError
-from reviewapp.review.models import Feedback, Queue, QueueItem, Tag, TraceTag
+from reviewapp.review.models import Feedback, Queue, QueueItem
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 TAG = "/p/acme/traces/bulk/tag/"

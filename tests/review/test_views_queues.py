@@ -12,15 +12,7 @@ from django.utils import timezone
 
 from reviewapp.projects.models import Membership
 from reviewapp.review import queues as queue_service
-from reviewapp.review.models import (
-    Feedback,
-    Queue,
-    QueueItem,
-    QueueReview,
-    ReviewStatus,
-    Tag,
-    TraceTag,
-)
+from reviewapp.review.models import Feedback, Queue, QueueItem, QueueReview, ReviewStatus
 from reviewapp.review.queues import (
     QueueError,
     build_queue,
@@ -28,6 +20,7 @@ from reviewapp.review.queues import (
     reserve_next_item,
 )
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 

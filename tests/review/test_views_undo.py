@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.review.feedback import UNDO_SECONDS, record_feedback
-from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback, Tag, TraceTag
+from reviewapp.review.models import CopiedFeedback, DeletedFeedback, Feedback
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 HTMX = {"HX-Request": "true"}

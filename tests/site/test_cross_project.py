@@ -16,8 +16,9 @@ from reviewapp.monitors.models import TriageRule
 from reviewapp.projects.invitations import create_invitation
 from reviewapp.projects.models import ApiKey, Membership
 from reviewapp.review.feedback import delete_feedback_with_undo, record_feedback
-from reviewapp.review.models import Queue, QueueItem, Tag
+from reviewapp.review.models import Queue, QueueItem
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag
 from reviewapp.traces.saved_views import save_view
 from tests.factories import ApiClient, make_trace
 

@@ -24,9 +24,9 @@ from reviewapp.review.feedback import (
     mark_feedback_failed,
     record_feedback,
 )
-from reviewapp.review.models import Tag
 from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag
 from reviewapp.traces.saved_views import save_view
 from tests.factories import make_trace
 

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from reviewapp.projects.services import create_api_key
-from reviewapp.review.models import Tag
+from reviewapp.traces.models import Tag
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 CSS = Path(__file__).resolve().parents[2] / "static" / "css"

@@ -2,8 +2,7 @@ import copy
 
 import pytest
 
-from reviewapp.review.models import Tag, TraceTag
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Tag, Trace, TraceTag
 from tests.factories import ApiClient, make_trace
 
 URL = "/api/v1/traces"

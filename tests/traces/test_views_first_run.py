@@ -8,9 +8,10 @@ from django.test import Client
 
 from reviewapp.learning.models import TrainingRun
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import QueueReview, ReviewStatus, Tag, TraceTag
+from reviewapp.review.models import QueueReview, ReviewStatus
 from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 

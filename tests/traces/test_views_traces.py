@@ -3,8 +3,9 @@ import json
 import pytest
 from django.test import Client
 
-from reviewapp.review.models import Feedback, Tag, TraceTag
+from reviewapp.review.models import Feedback
 from reviewapp.traces.ingest import ingest_traces
+from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 

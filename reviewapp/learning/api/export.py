@@ -12,8 +12,8 @@ from reviewapp.api.schemas import ERRORS
 from reviewapp.learning.dataset import TrainingSet, build_training_set
 from reviewapp.projects.key_auth import requires
 from reviewapp.projects.models import KeyScope, Project
-from reviewapp.review.models import Feedback, TraceTag
-from reviewapp.traces.models import FAILURE_TERMINATIONS, Trace, TraceSource, tools_shown
+from reviewapp.review.models import Feedback
+from reviewapp.traces.models import FAILURE_TERMINATIONS, Trace, TraceSource, TraceTag, tools_shown
 
 router = Router(tags=["export"])
 

@@ -14,10 +14,10 @@ from reviewapp.harness.tools import HANDBOOK, TOOL_DEFINITIONS
 from reviewapp.projects.models import Membership, Project, Role
 from reviewapp.projects.services import create_api_key, create_project
 from reviewapp.review.feedback import record_feedback
-from reviewapp.review.models import Queue, Tag, TraceTag
+from reviewapp.review.models import Queue
 from reviewapp.review.queues import build_queue
 from reviewapp.traces.ingest import ingest_traces
-from reviewapp.traces.models import TraceSource
+from reviewapp.traces.models import Tag, TraceSource, TraceTag
 
 # The demo agent's own tools and handbook (reviewapp/harness/tools.py), so a seeded episode
 # reads like the live ones the harness records.

@@ -24,10 +24,9 @@ from reviewapp.projects.access import (
     get_reviewer_membership_for_user,
 )
 from reviewapp.projects.models import Membership
-from reviewapp.review.models import TraceTag
 from reviewapp.review.queues import blinds_reviewer
 from reviewapp.traces.access import get_trace_for_membership
-from reviewapp.traces.models import Trace
+from reviewapp.traces.models import Trace, TraceTag
 
 SIMILAR_SHOWN = 10
 MAX_CLUSTERS = 30

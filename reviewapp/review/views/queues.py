@@ -22,7 +22,7 @@ from reviewapp.projects.models import Membership, Role
 from reviewapp.review.access import get_queue_for_membership
 from reviewapp.review.agreement import tag_agreement
 from reviewapp.review.forms import QueueForm
-from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus, Tag, TraceTag
+from reviewapp.review.models import Queue, QueueItem, QueueReview, ReviewStatus
 from reviewapp.review.queues import (
     GUIDELINES_MAX_CHARS,
     ITEM_STATES,
@@ -40,6 +40,7 @@ from reviewapp.review.queues import (
     with_progress,
 )
 from reviewapp.traces.filters import TraceFilterForm, filtered_traces
+from reviewapp.traces.models import Tag, TraceTag
 
 # The adjudication list stops here; the agreement numbers still cover every item.
 MAX_DISAGREEMENTS_SHOWN = 200

@@ -9,8 +9,8 @@ from django.views.decorators.http import require_POST
 from reviewapp.fragments import render_page
 from reviewapp.projects.access import get_admin_membership_for_user, get_membership_for_user
 from reviewapp.review.access import get_tag_for_membership
-from reviewapp.review.models import Tag
 from reviewapp.review.tags import TagError, create_tag, delete_tag, merge_tag, rename_tag
+from reviewapp.traces.models import Tag
 
 
 class TagForm(forms.Form):
