@@ -44,19 +44,24 @@ def load_adapter(
     attempts: int = 4,
     backoff_s: float = 0.5,
 ) -> None:
-    """POST /v1/load_lora_adapter on one server; an already loaded name counts as loaded.
-    Raises DeployError when the server did not take it."""
+    """POST /v1/load_lora_adapter on one server. A name already loaded from this path counts as
+    loaded; one loaded from another path (a server that outlived the database that named it, or a
+    second installation on one server) is loaded again in place from this one, so the name never
+    answers with another adapter's weights. Raises DeployError when the server did not take it."""
     try:
         models = client.get(f"{base_url.rstrip('/')}/models").json().get("data", [])
-        loaded = {model["id"] for model in models}
-    except (httpx.HTTPError, ValueError):
-        loaded = set()
-    if name in loaded:
-        return  # names are immutable, so a loaded name is this very adapter
+        served_from = {model["id"]: model.get("root") for model in models}
+    except (httpx.HTTPError, ValueError, KeyError, AttributeError):
+        served_from = {}
+    if name in served_from and served_from[name] == path:
+        return
+    payload = {"lora_name": name, "lora_path": path}
+    if name in served_from:
+        payload["load_inplace"] = True  # vLLM refuses a loaded name otherwise
     _post_with_retries(
         client,
         f"{base_url.rstrip('/')}/load_lora_adapter",
-        {"lora_name": name, "lora_path": path},
+        payload,
         attempts=attempts,
         backoff_s=backoff_s,
     )

@@ -69,3 +69,27 @@ async def test_a_deployed_adapter_answers_the_gateway_and_rollback_restores_the_
     await sync_to_async(rollback)(adapter=adapter)
     call = await ask()
     assert (call.upstream_model, call.adapter_version) == (MODEL, "")
+
+
+def test_a_name_loaded_from_another_path_answers_with_the_adapter_deployed_under_it(
+    vllm_url, lora_dir, tmp_path
+):
+    """A model server that outlived the database that named its adapters (or serves a second
+    installation) may hold `<slug>-v1` from other files: deploying this installation's `<slug>-v1`
+    must load its own, not count the name as loaded."""
+    import shutil
+
+    from training.deploy import load_adapter
+
+    other = tmp_path / "other"
+    shutil.copytree(lora_dir, other)
+    name = f"stale-v1-{other.stat().st_ino}"  # vLLM keeps names across tests: keep them unique
+    with httpx.Client(timeout=300) as client:
+        load_adapter(client, vllm_url, name=name, path=str(lora_dir))  # the stale one
+        load_adapter(client, vllm_url, name=name, path=str(other))
+        load_adapter(client, vllm_url, name=name, path=str(other))  # loaded: nothing to do
+        served_from = {
+            model["id"]: model.get("root")
+            for model in client.get(f"{vllm_url}/models").json()["data"]
+        }
+    assert served_from[name] == str(other)
