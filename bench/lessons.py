@@ -128,6 +128,12 @@ QUESTIONS = (
     "What makes soap clean things?", "How do I stop my glasses fogging up?",
     "Why do stars come out at night?", "How can I drink less coffee?",
     "What is a good stretch after sitting all day?", "Why is the moon out in the day?",
+    "How do I wash a wool sweater?", "Why do we yawn?",
+    "What is a good way to remember names?", "How do hot air balloons fly?",
+    "Why does bread get moldy?", "How do I start journaling?",
+    "What makes thunderstorms happen?", "How do I keep a cut flower garden?",
+    "Why do our ears pop on a plane?", "How can I make new habits stick?",
+    "What is the best way to defrost food?", "Why do zebras have stripes?",
 )  # fmt: skip
 
 
