@@ -1,4 +1,5 @@
-"""Trace endpoints: batch ingest, list, read, feedback, outcome."""
+"""The trace API: batch ingest, list, read (with the review state and the adapters that learnt from
+each feedback), feedback and outcomes."""
 
 from django.conf import settings
 from django.db.models import Count, Prefetch
