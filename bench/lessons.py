@@ -207,14 +207,16 @@ def print_ledger(api: httpx.Client, run: dict, minutes: float, after: str) -> No
         f"{minutes:.1f} min click -> end",
         flush=True,
     )
-    print("| lesson | first learned by (adherence) | " + " | ".join(
-        f"v{entry['version']}" for entry in (lessons[0]["versions"] if lessons else [])
-    ) + " | state |")  # fmt: skip
+    # A lesson given later has no entry for the versions before it: those cells stay "-".
+    versions = sorted({entry["version"] for lesson in lessons for entry in lesson["versions"]})
+    print("| lesson | first learned by (adherence) | "
+          + " | ".join(f"v{version}" for version in versions) + " | state |")  # fmt: skip
     for lesson in lessons:
+        by_version = {entry["version"]: _adherence(entry) for entry in lesson["versions"]}
         cells = [
             lesson["text"][:40],
             f"{lesson['first_learned_by'] or '-'} ({_share(lesson['first_learned_adherence'])})",
-            *(_share(_adherence(entry)) for entry in lesson["versions"]),
+            *(_share(by_version.get(version)) for version in versions),
             lesson["state"],
         ]
         print("| " + " | ".join(cells) + " |", flush=True)
