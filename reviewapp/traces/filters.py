@@ -202,8 +202,10 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(success__isnull=True)
     elif outcome == FAILED_EPISODE:
         traces = traces.filter(Q(success=False) | Q(termination__in=FAILURE_TERMINATIONS))
-    # Through the relation review's Feedback declares on a trace: search sits below review.
-    has_feedback = Exists(Trace.objects.filter(pk=OuterRef("pk"), feedback__isnull=False))
+    # review's Feedback, reached through the relation it declares on a trace (search sits below
+    # review): the same EXISTS on feedback(trace_id) as before, with no join back to the trace.
+    feedback = Trace._meta.get_field("feedback").related_model
+    has_feedback = Exists(feedback.objects.filter(trace=OuterRef("pk")))
     if filters.get("feedback") == "yes":
         traces = traces.filter(has_feedback)
     elif filters.get("feedback") == "no":
