@@ -27,6 +27,8 @@ _DEFAULT_LEARNING_RATES = {"sft": 3e-4, "distill": 1e-4}
 # "distill": per-token KL to the feedback-conditioned teacher on the student's own samples.
 TrainingMode = Literal["sft", "distill"]
 
+StartFrom = Literal["base", "serving"]
+
 
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
 class TrainingConfig:
@@ -97,6 +99,11 @@ class TrainingConfig:
     # save_every_steps before it), tried in that order until one passes; an earlier one has
     # learned less and forgotten less.
     gate_candidates: int = Field(2, ge=1, le=10)
+    # Where a retrain starts: "base", a fresh adapter; "serving", the weights of the adapter
+    # that serves the project now (when it has this config's LoRA shape), so the lessons it
+    # learned are already there and a run's updates go to what is new. Either way the run
+    # trains on every approved target. Chosen by bench/lessons.py (bench/README.md).
+    start_from: StartFrom = "serving"
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
     held_out_fraction: float = Field(0.2, ge=0.0, lt=1.0)

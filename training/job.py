@@ -7,6 +7,7 @@ No Django: reviewapp/learning/retrain.py builds the job from a run, moves the ru
 `on_phase`, and records what comes back.
 """
 
+import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import httpx
+from peft import PeftModel, get_peft_model_state_dict
+from safetensors.torch import load_file
 
 # Called through the module: tests wrap trainer.add_lora and trainer.train to act mid-phase.
 from training import trainer
@@ -125,6 +128,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
     general = base_replay_examples(base, tokenizer, cache_dir=job.model_cache_dir / "replay")
     replay = [*job.replay, *general][: config.replay_examples]
     model = trainer.add_lora(base, config)
+    started_from = _start(model, config, job.serving_adapter)
 
     callbacks.on_phase("training")
     resume_from = _latest_checkpoint(job.checkpoint_dir)
@@ -205,6 +209,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             "skipped": result.skipped,
             "targets": len(job.examples) + len(job.items),
             "replay_examples": len(replay),
+            "started_from": started_from,
         },
     }
     shutil.rmtree(job.checkpoint_dir, ignore_errors=True)  # the model holds the chosen one
@@ -223,6 +228,31 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         metrics=metrics,
         adapter=adapter,
     )
+
+
+def _start(model: PeftModel, config: TrainingConfig, serving: ServingAdapter | None) -> str:
+    """Put the serving adapter's weights into the fresh one when the config starts there and
+    the shapes fit (same LoRA rank, scale and modules); returns what the run started from: the
+    serving adapter's name, "base", or "base" with why the serving adapter could not be used.
+    A resumed run then loads its checkpoint over whichever it is."""
+    if config.start_from == "base" or serving is None:
+        return "base"
+    try:
+        saved = json.loads((serving.path / "adapter_config.json").read_text())
+        weights = load_file(serving.path / "adapter_model.safetensors")
+    except (OSError, ValueError) as error:
+        return f"base (the serving adapter {serving.name} could not be read: {error})"
+    fresh = get_peft_model_state_dict(model)
+    same_shape = (
+        saved.get("r") == config.lora_r
+        and saved.get("lora_alpha") == config.lora_alpha
+        and weights.keys() == fresh.keys()
+        and all(weights[name].shape == fresh[name].shape for name in fresh)
+    )
+    if not same_shape:
+        return f"base (the serving adapter {serving.name} has another LoRA shape)"
+    trainer.load_adapter_weights(model, weights)
+    return serving.name
 
 
 def _latest_checkpoint(directory: Path) -> Path | None:

@@ -6,14 +6,17 @@ import dataclasses
 import json
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
+from training import trainer
 from training.adapters import adapter_checksum
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS
 from training.gate import GateThresholds
 from training.job import Progress, ServingAdapter, TrainingJob, run_job
 from training.targets import hint_context
-from training.trainer import Example
+from training.trainer import Example, adapter_weights
 
 QUESTIONS = ["what is the capital of france ?", "what is the capital of italy ?", "say hello"]
 CONFIG = TrainingConfig(
@@ -219,7 +222,8 @@ def test_the_serving_adapter_answers_the_before_side_and_is_not_written_with_the
     data), so judged against it as the serving side, no item moves either way."""
     first = run_job(make_job(), Recorder())
     serving = ServingAdapter(name="acme-v1", version=1, path=first.adapter.path)
-    job = make_job(adapter_root=tmp_path / "second", serving_adapter=serving)
+    from_base = dataclasses.replace(CONFIG, start_from="base")
+    job = make_job(adapter_root=tmp_path / "second", serving_adapter=serving, config=from_base)
 
     second = run_job(job, Recorder())
 
@@ -234,3 +238,47 @@ def test_the_serving_adapter_answers_the_before_side_and_is_not_written_with_the
     assert sorted(path.name for path in second.adapter.path.iterdir()) == sorted(
         path.name for path in first.adapter.path.iterdir()
     )
+
+
+@pytest.fixture
+def weights_at_training_start(monkeypatch):
+    """The candidate's adapter weights as training begins, caught by wrapping trainer.train."""
+    caught: list[dict] = []
+    real_train = trainer.train
+
+    def train(model, *args, **kwargs):
+        caught.append(adapter_weights(model))
+        return real_train(model, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", train)
+    return caught
+
+
+@pytest.mark.parametrize(
+    ("start_from", "lora_r", "started_from"),
+    [
+        ("serving", 4, "acme-v1"),
+        ("base", 4, "base"),
+        ("serving", 8, "base (the serving adapter acme-v1 has another LoRA shape)"),
+    ],
+)
+def test_a_retrain_starts_from_the_serving_adapter_where_its_config_says_and_the_shape_fits(
+    make_job, tmp_path, weights_at_training_start, start_from, lora_r, started_from
+):
+    first = run_job(make_job(), Recorder())
+    serving = ServingAdapter(name="acme-v1", version=1, path=first.adapter.path)
+    config = dataclasses.replace(
+        CONFIG, start_from=start_from, lora_r=lora_r, lora_alpha=2 * lora_r
+    )
+    job = make_job(adapter_root=tmp_path / "second", serving_adapter=serving, config=config)
+
+    second = run_job(job, Recorder())
+
+    assert second.metrics["train"]["started_from"] == started_from
+    assert first.metrics["train"]["started_from"] == "base"  # nothing served yet
+    served = load_file(first.adapter.path / "adapter_model.safetensors")
+    at_start = weights_at_training_start[-1]
+    if started_from == "acme-v1":
+        assert all(torch.equal(at_start[name], served[name]) for name in served)
+    else:  # a fresh adapter: LoRA's B matrices start at zero
+        assert all(not tensor.any() for name, tensor in at_start.items() if "lora_B" in name)
