@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import orjson
 from django.db.models import QuerySet
 
+from reviewapp.learning.lessons import superseded_targets
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import DataPolicy, settings_for, update_settings
@@ -29,6 +30,7 @@ REASONS = {
     "policy_timeout": "trace timed out (data policy: exclude)",
     "policy_tool_error": "trace ended in a tool error (data policy: exclude)",
     "duplicate": "duplicate of another target (same context and reply)",
+    "superseded": "target fails the checks of a lesson given after its own",
 }
 
 
@@ -51,6 +53,9 @@ class TrainingSet:
     excluded: dict[str, int]  # reason -> count, every reason present (0 when none)
     # Included targets from traces that ended badly: kept by the policy, counted as failures.
     kept_failures: dict[str, int] = field(default_factory=dict)
+    # Left out as superseded (counted in `excluded`), still worth evaluating: the serving
+    # adapter learned them, and a run is judged on keeping them.
+    superseded: list[DistillationTarget] = field(default_factory=list)
 
     @property
     def included(self) -> int:
@@ -117,9 +122,8 @@ def build_training_set(
         .defer("feedback__trace__body", "feedback__trace__metadata")
         .order_by("id")
     )
-    included: list[DistillationTarget] = []
+    usable: list[DistillationTarget] = []
     seen: set[bytes] = set()
-    kept_failures: Counter[str] = Counter()
     for target in candidates.iterator(chunk_size=500):
         reason = _exclusion_reason(target, policy)
         if reason is None:
@@ -130,7 +134,12 @@ def build_training_set(
         if reason is not None:
             excluded[reason] += 1
             continue
-        included.append(target)
+        usable.append(target)
+    superseded_ids = superseded_targets(usable)
+    excluded["superseded"] += len(superseded_ids)
+    included = [target for target in usable if target.pk not in superseded_ids]
+    kept_failures: Counter[str] = Counter()
+    for target in included:
         termination = target.feedback.trace.termination
         if termination in (Termination.TIMEOUT, Termination.TOOL_ERROR):
             kept_failures[termination] += 1
@@ -139,4 +148,5 @@ def build_training_set(
         targets=included,
         excluded=dict(excluded),
         kept_failures=dict(kept_failures),
+        superseded=[target for target in usable if target.pk in superseded_ids],
     )

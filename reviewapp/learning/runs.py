@@ -18,6 +18,7 @@ before each evaluation of a candidate and before writing the adapter (the traini
 import json
 import logging
 import socket
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django.conf import settings
@@ -208,6 +209,7 @@ def start_retrain(*, project: Project, mode: TrainingMode = "sft", created_by=No
             targets=training_set.targets,
             held_out_fraction=config.held_out_fraction,
             seed=config.seed,
+            evaluated_only=training_set.superseded,
         ),
         plan=RunPlan.from_settings(
             project=project, project_settings=project_settings, targets=training_set.targets
@@ -215,18 +217,25 @@ def start_retrain(*, project: Project, mode: TrainingMode = "sft", created_by=No
         # What was left out of this run and why, next to the eval results the worker adds.
         metrics={"exclusions": training_set.as_json()},
     )
-    run.targets.set(training_set.targets)
+    run.targets.set([*training_set.targets, *training_set.superseded])
     jobs.enqueue_on_commit(jobs.RUN_TRAINING, run.pk)
     return run
 
 
 def split_data(
-    *, project: Project, targets: list[DistillationTarget], held_out_fraction: float, seed: int
+    *,
+    project: Project,
+    targets: list[DistillationTarget],
+    held_out_fraction: float,
+    seed: int,
+    evaluated_only: Sequence[DistillationTarget] = (),
 ) -> dict:
     """What the run trains on, what it holds out, what guards it and what judges it.
 
     - train: approved targets, less held-out feedback (a share of each kind of feedback with
       checks and no correction: a reviewer's correction is always learned);
+    - held out besides: the feedback of `evaluated_only` (superseded targets, dataset.py) whose
+      every target is among them: evaluated as what the serving adapter must keep;
     - replay: the shipped general prompts (the base's own answers to them) and recent good
       traces, the forgetting guard's data;
     - regression: general facts the base answers right, and the same good traces (drift).
@@ -240,7 +249,9 @@ def split_data(
         fraction=held_out_fraction,
         seed=seed,
     )
-    trace_ids = {target.feedback.trace_id for target in targets}
+    trained_feedback = {target.feedback_id for target in targets}
+    held_out |= {t.feedback_id for t in evaluated_only if t.feedback_id not in trained_feedback}
+    trace_ids = {target.feedback.trace_id for target in [*targets, *evaluated_only]}
     good = good_trace_ids(project, exclude_trace_ids=trace_ids)
     return {
         "train_target_ids": [t.pk for t in targets if t.feedback_id not in held_out],

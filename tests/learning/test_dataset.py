@@ -64,6 +64,7 @@ def test_the_default_policy_keeps_timeouts_and_tool_errors_and_counts_the_rest(m
         "policy_timeout": 0,
         "policy_tool_error": 0,
         "duplicate": 1,
+        "superseded": 0,
     }
     assert training_set.total == 12 == training_set.included + sum(training_set.excluded.values())
     assert training_set.kept_failures == {"timeout": 2, "tool_error": 1}

@@ -6,11 +6,13 @@ found in the approved targets before training."""
 import pytest
 from django.test import Client
 
+from reviewapp.learning.dataset import build_training_set
 from reviewapp.learning.lessons import (
     contradicting_lessons,
     lesson_key,
     lesson_ledger,
     record_lessons,
+    superseded_targets,
 )
 from reviewapp.learning.models import (
     Adapter,
@@ -338,3 +340,44 @@ def test_the_run_plan_freezes_the_conflicts_and_the_retrain_page_shows_them(
         RunPlan.from_settings(project=project, project_settings=settings_for(project)).conflicts
         == ()
     )
+
+
+NO_EMOJI = ("No emoji.", [{"kind": "not_regex", "value": "🙂"}])
+PREFIX = ("Begin with 'Answer:'.", [{"kind": "regex", "value": "^Answer:"}])
+
+
+def test_an_earlier_lessons_target_failing_a_later_lessons_checks_is_superseded(project):
+    """ "84." was written before the team asked for 'Answer:': trained beside the new lesson's
+    targets it would teach against it. The new lesson's targets follow the old one."""
+    earlier = _approved(project, "t-1", *NO_EMOJI, "84.")
+    later = _approved(project, "t-2", *PREFIX, "Answer: 84.")
+
+    assert superseded_targets([earlier, later]) == {earlier.pk}
+
+
+def test_a_later_lessons_target_is_never_superseded_by_an_earlier_lesson(project):
+    earlier = _approved(project, "t-1", *PREFIX, "Answer: 84.")
+    later = _approved(project, "t-2", *NO_EMOJI, "84.")  # fails the earlier 'Answer:' check
+
+    assert superseded_targets([earlier, later]) == set()
+
+
+def test_contradicting_lessons_are_reported_not_superseded(contradicting):
+    assert contradicting_lessons(contradicting)
+    assert superseded_targets(contradicting) == set()
+
+
+def test_a_superseded_target_is_not_trained_but_evaluated_as_what_the_serving_model_keeps(
+    project,
+):
+    earlier = _approved(project, "t-1", *NO_EMOJI, "84.")
+    later = _approved(project, "t-2", *PREFIX, "Answer: 84.")
+
+    training_set = build_training_set(project=project)
+    run = start_retrain(project=project)
+
+    assert training_set.targets == [later]
+    assert training_set.excluded["superseded"] == 1
+    assert run.data_split["train_target_ids"] == [later.pk]
+    assert run.data_split["held_out_feedback_ids"] == [earlier.feedback_id]
+    assert set(run.targets.values_list("pk", flat=True)) == {earlier.pk, later.pk}
