@@ -62,6 +62,11 @@ class TrainingSet:
         return len(self.targets)
 
     @property
+    def usable(self) -> list[DistillationTarget]:
+        """Every target fit to learn from, superseded ones too, in the order they were made."""
+        return sorted([*self.targets, *self.superseded], key=lambda target: target.pk)
+
+    @property
     def total(self) -> int:
         return self.included + sum(self.excluded.values())
 

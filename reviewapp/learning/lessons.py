@@ -150,9 +150,9 @@ def _state(lesson: Lesson, adherence: float | None) -> LessonState:
 def contradicting_lessons(targets: Sequence[DistillationTarget]) -> list[dict]:
     """Pairs of lessons where an approved target of one, passing its own feedback's checks,
     fails the other lesson's checks on the same kind of item (both replies, or both tool
-    calls), both ways: training on both would average them. One way only is no conflict but a
-    lesson given later (see superseded_targets). Each pair names up to MAX_CONFLICT_ITEMS
-    targets and counts them all. Plain dicts, ready to freeze in a run's plan."""
+    calls), both ways: training on both would average them (the earlier lesson's targets are
+    superseded, see superseded_targets, and the team should know). Each pair names up to
+    MAX_CONFLICT_ITEMS targets and counts them all. Plain dicts, ready to freeze in a run's plan."""
     conflicts = []
     for first, second, one_way, other_way in _lesson_pairs(_lessons_of(targets)):
         items = [*one_way, *other_way]
@@ -178,13 +178,14 @@ def superseded_targets(targets: Sequence[DistillationTarget]) -> set[int]:
     targets began with it too: bench/README.md). So an earlier target the later lesson's checks
     fail is left out; what it taught stays in the serving adapter a retrain starts from
     (TrainingConfig.start_from) and the gate checks it is kept. A lesson's place is its first
-    feedback's. Contradicting pairs (both ways) are left as they are, for the team to settle.
+    feedback's. Pairs that fail each other's checks both ways are no exception: the teacher's
+    targets for a new lesson follow that lesson alone, so compatible lessons look like that too;
+    for a true contradiction the team's later word is trained, never an average of both, and
+    the pair is still reported (contradicting_lessons, over every usable target).
     """
     lessons = _lessons_of(targets)
     superseded: set[int] = set()
     for first, second, one_way, other_way in _lesson_pairs(lessons):
-        if one_way and other_way:
-            continue
         earlier, failing = (
             (first, one_way) if first["given"] < second["given"] else (second, other_way)
         )

@@ -212,12 +212,15 @@ def start_retrain(*, project: Project, mode: TrainingMode = "sft", created_by=No
             evaluated_only=training_set.superseded,
         ),
         plan=RunPlan.from_settings(
-            project=project, project_settings=project_settings, targets=training_set.targets
+            project=project,
+            project_settings=project_settings,
+            # Superseded targets too: a contradiction is reported whichever side is trained.
+            targets=training_set.usable,
         ).model_dump(mode="json"),
         # What was left out of this run and why, next to the eval results the worker adds.
         metrics={"exclusions": training_set.as_json()},
     )
-    run.targets.set([*training_set.targets, *training_set.superseded])
+    run.targets.set(training_set.usable)
     jobs.enqueue_on_commit(jobs.RUN_TRAINING, run.pk)
     return run
 

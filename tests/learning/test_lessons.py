@@ -362,9 +362,18 @@ def test_a_later_lessons_target_is_never_superseded_by_an_earlier_lesson(project
     assert superseded_targets([earlier, later]) == set()
 
 
-def test_contradicting_lessons_are_reported_not_superseded(contradicting):
-    assert contradicting_lessons(contradicting)
-    assert superseded_targets(contradicting) == set()
+def test_of_contradicting_lessons_the_later_is_trained_and_the_pair_still_reported(
+    project, contradicting
+):
+    one_word, steps, _ = contradicting
+
+    run = start_retrain(project=project)
+
+    assert superseded_targets(contradicting) == {one_word.pk}
+    assert steps.pk in run.data_split["train_target_ids"]
+    assert one_word.pk not in run.data_split["train_target_ids"]
+    [conflict] = run.plan["conflicts"]
+    assert (conflict["lesson"], conflict["other"]) == (ONE_WORD[0], STEPS[0])
 
 
 def test_a_superseded_target_is_not_trained_but_evaluated_as_what_the_serving_model_keeps(

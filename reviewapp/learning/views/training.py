@@ -260,7 +260,9 @@ def _settings_context(project: Project) -> dict:
         return {"settings_error": str(problem)}
     training_set = build_training_set(project=project, policy=project_settings.data_policy)
     plan = RunPlan.from_settings(
-        project=project, project_settings=project_settings, targets=training_set.targets
+        project=project,
+        project_settings=project_settings,
+        targets=training_set.usable,
     )
     return {
         "training_overrides": project_settings.training.model_dump(mode="json"),
