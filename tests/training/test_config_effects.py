@@ -53,7 +53,8 @@ DISTILL_CHANGES = {"top_k": 2, "sample_max_tokens": 2, "sample_temperature": 0.3
 RUN_LEVEL = {"mode", "teacher_prompt", "replay_examples", "save_every_steps", "bf16"}
 # sft with examples that carry the answer they replaced (a test of their own below).
 RUN_LEVEL |= {"preference_weight", "preference_beta"}
-ELSEWHERE = {"held_out_fraction", "gate_candidates"}
+# start_from: tests/training/test_job.py (the job, not the trainer, loads the serving weights).
+ELSEWHERE = {"held_out_fraction", "gate_candidates", "start_from"}
 
 
 def _examples() -> list[Example]:
