@@ -8,10 +8,12 @@ the newest whose run deployed) follows it less than LOST_BELOW of what it did th
 
 Before training, `contradicting_lessons` lists lessons whose approved targets fail each other's
 checks; a run's plan freezes them and the Retrain page shows them (training is not refused).
+`superseded_targets` names the targets a lesson given later supersedes (learning/dataset.py
+leaves them out of training and has them evaluated).
 """
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -169,7 +171,7 @@ def contradicting_lessons(targets: Sequence[DistillationTarget]) -> list[dict]:
 
 
 def superseded_targets(targets: Sequence[DistillationTarget]) -> set[int]:
-    """The ids of targets that fail the checks of a compatible lesson given after their own.
+    """The ids of targets that fail the checks of a lesson given after their own.
 
     A team's lessons pile up: "no 'very'" is written in March, "begin with 'Answer:'" in May,
     and March's targets, which begin otherwise, would teach against May's lesson on the same
@@ -186,10 +188,9 @@ def superseded_targets(targets: Sequence[DistillationTarget]) -> set[int]:
     lessons = _lessons_of(targets)
     superseded: set[int] = set()
     for first, second, one_way, other_way in _lesson_pairs(lessons):
-        earlier, failing = (
-            (first, one_way) if first["given"] < second["given"] else (second, other_way)
-        )
-        superseded |= {item["target_id"] for item in failing if item["of"] == earlier["text"]}
+        # The earlier lesson's targets that fail the later one's checks.
+        failing = one_way if first["given"] < second["given"] else other_way
+        superseded |= {item["target_id"] for item in failing}
     return superseded
 
 
@@ -215,7 +216,7 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
     return lessons
 
 
-def _lesson_pairs(lessons: dict[str, dict]):
+def _lesson_pairs(lessons: dict[str, dict]) -> Iterator[tuple[dict, dict, list, list]]:
     """Each pair of lessons with the targets of each that fail the other's checks."""
     shapes = {
         key: {_shape(target.target) for target in lesson["targets"]}
