@@ -101,8 +101,10 @@ class TrainingConfig:
     gate_candidates: int = Field(2, ge=1, le=10)
     # Where a retrain starts: "base", a fresh adapter; "serving", the weights of the adapter
     # that serves the project now (when it has this config's LoRA shape), so the lessons it
-    # learned are already there and a run's updates go to what is new. Either way the run
-    # trains on every approved target. Chosen by bench/lessons.py (bench/README.md).
+    # learned are already there and a run's updates go to what is new; targets a later lesson
+    # superseded are no longer trained, so what they taught has to stay in the weights. Not
+    # yet settled by measurement (bench/README.md, "Earlier targets teach against later
+    # lessons": one seed each way).
     start_from: StartFrom = "serving"
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).

@@ -195,8 +195,9 @@ def superseded_targets(targets: Sequence[DistillationTarget]) -> set[int]:
 
 
 def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
-    """Each lesson (feedback with checks, grouped by kind) with its targets and when it was
-    first given (its first feedback's id)."""
+    """Each lesson (feedback with checks, grouped by kind) with its targets, those of them that
+    pass its own checks (judged once here, not once per other lesson) and when it was first
+    given (its first feedback's id)."""
     lessons: dict[str, dict] = {}
     for target in targets:
         feedback = target.feedback
@@ -208,10 +209,14 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
                 "text": " ".join(feedback.text.split()),
                 "checks": feedback.checks,
                 "targets": [],
+                "passing": [],
                 "given": feedback.pk,
             },
         )
         lesson["targets"].append(target)
+        context = target.student_context or []
+        if all(r.passed for r in check_reply(feedback.checks, target.target, context=context)):
+            lesson["passing"].append(target)
         lesson["given"] = min(lesson["given"], feedback.pk)
     return lessons
 
@@ -232,17 +237,14 @@ def _lesson_pairs(lessons: dict[str, dict]) -> Iterator[tuple[dict, dict, list, 
 
 def _failing_the_other(lesson: dict, other: dict, other_shapes: set[str]) -> list[dict]:
     items = []
-    for target in lesson["targets"]:
+    for target in lesson["passing"]:  # a target failing its own checks is no evidence
         if _shape(target.target) not in other_shapes:
             continue  # a reply judged by checks on tool calls, or the reverse: not comparable
-        context = target.student_context or []
-        if not all(
-            r.passed for r in check_reply(target.feedback.checks, target.target, context=context)
-        ):
-            continue
         failed = [
             f"{r.kind} {r.value}"
-            for r in check_reply(other["checks"], target.target, context=context)
+            for r in check_reply(
+                other["checks"], target.target, context=target.student_context or []
+            )
             if not r.passed
         ]
         if failed:
