@@ -328,7 +328,7 @@ def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
     the other 12."""
     teacher = TransformersTeacher(base, tokenizer, seed=seed)
     worked = [
-        WorkedExample(question=question, answer=kind.correct(original))
+        WorkedExample.reply(question, kind.correct(original))
         for question, original in zip(questions[:4], originals[:4], strict=True)
     ]
     targets, teacher_passed = [], 0

@@ -10,6 +10,7 @@ only part that runs a model, behind the `Teacher` protocol.
 """
 
 import copy
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
@@ -41,14 +42,40 @@ REWRITE_REQUEST_TEMPLATE = (
 
 @dataclass(frozen=True)
 class WorkedExample:
-    """A reviewer's corrected answer under the same feedback on another trace: shown to the
-    teacher as an earlier exchange, it says what following the feedback looks like better than
-    the feedback's words do. Measured on the bundled model over 12 questions ("End every answer
+    """A reviewer's correction under the same feedback on another trace: shown to the teacher
+    as an earlier exchange, it says what following the feedback looks like better than the
+    feedback's words do. Measured on the bundled model over 12 questions ("End every answer
     with 'Hope this helps.'", 16 samples each): 3 of 12 got a passing revision from the feedback
-    alone, 12 of 12 with 4 worked examples."""
+    alone, 12 of 12 with 4 worked examples.
 
-    question: str  # the user message the corrected answer replies to
-    answer: str  # the corrected answer
+    The exchange runs from the corrected turn's user message up to that turn, tool calls and
+    results included, so a correction that calls a tool, or that answers after a failed tool
+    result, is shown where it was done and as what it is (a call, not its missing words)."""
+
+    exchange: tuple[Message, ...]  # from the last user message up to the corrected turn
+    answer: Message  # the corrected turn: a reply or a tool call
+
+    @classmethod
+    def reply(cls, question: str, answer: str) -> "WorkedExample":
+        """A one-turn example: a question and its corrected answer."""
+        return cls(
+            ({"role": "user", "content": question},), {"role": "assistant", "content": answer}
+        )
+
+    @classmethod
+    def ending(cls, context: Sequence[Message], answer: Message) -> "WorkedExample | None":
+        """The example a correction makes of the context before it: the turns from its last
+        user message on (earlier exchanges of a long episode say nothing about this one);
+        None when the context has no user message."""
+        users = [i for i, message in enumerate(context) if message["role"] == "user"]
+        if not users:
+            return None
+        return cls(tuple(copy.deepcopy(list(context[users[-1] :]))), copy.deepcopy(answer))
+
+    @property
+    def size(self) -> int:
+        """The characters it adds to the teacher's context, tool calls included."""
+        return len(json.dumps([*self.exchange, self.answer]))
 
 
 @dataclass(frozen=True)
@@ -110,27 +137,28 @@ def hint_context(
 ) -> list[Message]:
     """The student context with the feedback appended to its last user/tool message, preceded
     (after any leading system messages) by the worked examples as earlier exchanges, each
-    carrying the same feedback."""
+    carrying the same feedback where the context does."""
     hint = HINT_TEMPLATE.format(feedback=feedback_text)
-    context = copy.deepcopy(student_context)
-    for message in reversed(context):
-        if message["role"] in ("user", "tool"):
-            message["content"] = message_text(message) + hint
-            break
-    else:
-        raise ValueError("the context has no user or tool message to attach the feedback to")
+    context = _with_hint(student_context, hint)
     shown = [
         turn
         for example in examples
-        for turn in (
-            {"role": "user", "content": example.question + hint},
-            {"role": "assistant", "content": example.answer},
-        )
+        for turn in [*_with_hint(example.exchange, hint), example.answer]
     ]
     system = 0
     while system < len(context) and context[system]["role"] == "system":
         system += 1
-    return [*context[:system], *shown, *context[system:]]
+    return [*context[:system], *copy.deepcopy(shown), *context[system:]]
+
+
+def _with_hint(messages: Sequence[Message], hint: str) -> list[Message]:
+    """A copy of `messages` with `hint` appended to the last user or tool message."""
+    hinted = copy.deepcopy(list(messages))
+    for message in reversed(hinted):
+        if message["role"] in ("user", "tool"):
+            message["content"] = message_text(message) + hint
+            return hinted
+    raise ValueError("the context has no user or tool message to attach the feedback to")
 
 
 def rewrite_context(

@@ -7,7 +7,6 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
-from messages.text import message_text
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import OutboundRefused, check_teacher_url
@@ -25,8 +24,8 @@ TEACHER_BUDGET = 16
 # examples: each costs context, and 4 already took the bundled model from 3 to 12 passing
 # revisions in 12 (training/targets.WorkedExample).
 WORKED_EXAMPLES = 4
-# ...and at most this many characters of them in all, so a trace that fits the model's context
-# still fits with its examples (corrections are short answers, not whole conversations).
+# ...and at most this many characters of them in all (tool calls and results included), so a
+# trace that fits the model's context still fits with its examples.
 WORKED_EXAMPLE_CHARS = 3000
 
 
@@ -81,13 +80,10 @@ def worked_examples_for(feedback: Feedback, limit: int = WORKED_EXAMPLES) -> lis
             context = student_context(messages, resolve_turn(messages, other.turn))
         except ValueError:  # the trace changed under the feedback: not an example
             continue
-        question = next((m for m in reversed(context) if m["role"] == "user"), None)
-        if question is None or not message_text(other.correction).strip():
-            continue  # a correction that calls a tool shows nothing to copy in words
-        example = WorkedExample(message_text(question), message_text(other.correction))
-        if len(example.question) + len(example.answer) <= room:
+        example = WorkedExample.ending(context, other.correction)
+        if example is not None and example.size <= room:
             examples.append(example)
-            room -= len(example.question) + len(example.answer)
+            room -= example.size
     return examples
 
 

@@ -101,6 +101,40 @@ def test_the_teacher_is_shown_reviewers_corrections_under_the_same_feedback(
     assert "84. Twelve sevens." in str(target.teacher_context)  # distill mode sees them too
 
 
+def test_a_reviewers_corrected_tool_call_is_shown_to_the_teacher_as_a_call(
+    project, trace, upstream
+):
+    """Feedback on the agent's first step (call the calculator, with the whole expression):
+    the reviewer's correction elsewhere is a tool call, shown after its question as the call
+    it is, so the teacher sees the action to copy rather than nothing."""
+    _teacher(project, upstream, "fake")
+    ingest_traces(project=project, raw_items=[make_trace("t-2")])
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expression": "(12 * 7) + 1"}'},
+            }
+        ],
+    }
+    record_feedback(
+        trace=project.traces.get(external_id="t-2"),
+        text="Pass the whole expression.",
+        turn=2,
+        correction=call,
+    )
+    feedback, _ = record_feedback(trace=trace, text="Pass the whole expression.", turn=2)
+
+    propose_targets_for(feedback_id=feedback.pk)
+
+    shown = upstream.requests[-1]["body"]["messages"]
+    assert call in shown
+    assert shown[shown.index(call) - 1]["content"].startswith("What is 12 * 7?")
+
+
 def test_worked_examples_leave_room_for_the_trace_in_the_teachers_context(project, trace):
     _corrected_elsewhere(project, "Explain more.", "word " * (WORKED_EXAMPLE_CHARS // 5 + 1))
     feedback, _ = record_feedback(trace=trace, text="Explain more.", turn=4)

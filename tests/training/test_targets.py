@@ -220,7 +220,7 @@ def test_passing_proposals_closest_to_the_original_come_first():
 
 def test_worked_examples_are_earlier_exchanges_after_the_system_prompt():
     hint = HINT_TEMPLATE.format(feedback=FEEDBACK)
-    example = WorkedExample(question="What is 2 + 2?", answer="Answer: 4.")
+    example = WorkedExample.reply("What is 2 + 2?", "Answer: 4.")
 
     context = hint_context(student_context(TRACE, 2), FEEDBACK, [example])
 
@@ -232,9 +232,39 @@ def test_worked_examples_are_earlier_exchanges_after_the_system_prompt():
     ]
 
 
+def test_a_worked_example_of_a_tool_call_is_shown_as_the_call_after_its_exchange():
+    """A correction that retries a failed call: its example is the exchange from the user's
+    question (the failed call and its result included) with the feedback on the tool result,
+    then the call itself, not its (empty) words."""
+    feedback = "When a tool fails, call it again once."
+    failed = copy.deepcopy(TOOL_TRACE[:3])
+    failed[2]["content"] = "error: get_weather service unavailable"
+    retry = copy.deepcopy(TOOL_TRACE[1])
+    example = WorkedExample.ending([TRACE[0], *TRACE[1:3], *failed], retry)
+    hint = HINT_TEMPLATE.format(feedback=feedback)
+
+    context = hint_context(student_context(TOOL_TRACE, 3), feedback, [example])
+
+    assert example.exchange == tuple(failed)  # the earlier exchange is left out
+    assert context == [
+        failed[0],
+        failed[1],
+        {**failed[2], "content": failed[2]["content"] + hint},
+        retry,
+        TOOL_TRACE[0],
+        TOOL_TRACE[1],
+        {**TOOL_TRACE[2], "content": TOOL_TRACE[2]["content"] + hint},
+    ]
+    assert example.exchange[2]["content"] == "error: get_weather service unavailable"
+
+
+def test_a_context_without_a_user_message_makes_no_worked_example():
+    assert WorkedExample.ending([TRACE[0]], TRACE[2]) is None
+
+
 def test_the_hint_teacher_is_shown_the_worked_examples():
     teacher = ScriptedTeacher([_reply("Answer: Paris.")])
-    example = WorkedExample(question="What is 2 + 2?", answer="Answer: 4.")
+    example = WorkedExample.reply("What is 2 + 2?", "Answer: 4.")
 
     propose_targets(teacher, TRACE, 2, FEEDBACK, [], examples=[example])
 
