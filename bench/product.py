@@ -137,8 +137,12 @@ def run_to_the_end(
     response.raise_for_status()
     run_id = response.json()["id"]
     timeline: dict[str, float] = {}
+    run = {"status": "queued"}
     while time.monotonic() - clicked < max_seconds:
-        run = api.get(f"/api/v1/runs/{run_id}").json()
+        try:
+            run = api.get(f"/api/v1/runs/{run_id}").json()
+        except httpx.TimeoutException:  # a web process starved by training: ask again
+            continue
         timeline.setdefault(run["status"], time.monotonic() - clicked)
         if run["status"] not in ("queued", "building", "training", "evaluating", "deploying"):
             return run, timeline, clicked

@@ -70,6 +70,35 @@ REPLAY_PROMPTS: tuple[str, ...] = (
 )
 
 
+# The forgetting guard's tool episodes, for a run that teaches an action (training/replay.py):
+# a question, one call to a tool, its successful result, under a system prompt like an agent's;
+# the base's own answer after the result is replayed, so a lesson about calling a tool leaves
+# alone how the model answers once the tool has answered. Tools of their own (none is the demo
+# agent's), and no failed result: what to say after a failure is a lesson teams give.
+TOOL_REPLAY_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Call a tool when the question needs one, then answer in one "
+    "short sentence using the tool result."
+)
+# (tool, what it does, its one parameter, the question, the argument, the result)
+TOOL_REPLAY_EPISODES: tuple[tuple[str, str, str, str, str, str], ...] = (
+    ("get_weather", "Current weather in a city.", "city",
+     "What's the weather like in Oslo right now?", "Oslo", "4 C, light rain"),
+    ("define_word", "The dictionary definition of a word.", "word",
+     "What does 'ephemeral' mean?", "ephemeral", "lasting for a very short time"),
+    ("get_population", "The population of a country.", "country",
+     "How many people live in Portugal?", "Portugal", "10.4 million"),
+    ("translate_to_french", "Translate English text to French.", "text",
+     "How do I say 'good morning' in French?", "good morning", "bonjour"),
+    ("stock_price", "The latest price of a stock, in US dollars.", "symbol",
+     "What is Apple's stock price?", "AAPL", "189.25"),
+    ("get_distance_km", "Road distance in kilometres from Paris to a city.", "city",
+     "How far is Lyon from Paris by road?", "Lyon", "465"),
+    ("opening_hours", "Opening hours of a shop.", "shop",
+     "When is the bakery open today?", "bakery", "7:00 to 19:00"),
+    ("convert_to_celsius", "Convert a temperature in Fahrenheit to Celsius.", "fahrenheit",
+     "What is 68 Fahrenheit in Celsius?", "68", "20"),
+)  # fmt: skip
+
 # Feedback kinds with fewer items than this are all trained on: holding out one of three would
 # cost a third of the data to learn almost nothing about generalisation.
 MIN_ITEMS_TO_HOLD_OUT = 4

@@ -27,7 +27,7 @@ from training.config import TrainingConfig
 from training.eval_sets import general_regression_items
 from training.evaluation import SERVING_ADAPTER, evaluate_adapter
 from training.gate import GateThresholds
-from training.replay import base_replay_examples
+from training.replay import base_replay_examples, base_tool_replay_examples
 from training.repliers import ModelServers, choose_replier
 
 # One greedy reply of up to MAX_EVAL_TOKENS on a busy CPU server, all items in flight at once.
@@ -116,6 +116,11 @@ class TrainingOutcome:
     adapter: AdapterInfo | None = None
 
 
+def _offers_tools(job: TrainingJob) -> bool:
+    """Whether any turn the job trains was served with tools."""
+    return any(example.tools for example in job.examples) or any(item.tools for item in job.items)
+
+
 class _Stopped(Exception):
     """should_stop() said so between two candidates' evaluations."""
 
@@ -125,8 +130,17 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
     config = job.config
     model_dir = resolve_base_model(job.base_model, job.model_cache_dir)
     base, tokenizer = trainer.load_base_model(model_dir, config)
-    general = base_replay_examples(base, tokenizer, cache_dir=job.model_cache_dir / "replay")
-    replay = [*job.replay, *general][: config.replay_examples]
+    cache_dir = job.model_cache_dir / "replay"
+    general = base_replay_examples(base, tokenizer, cache_dir=cache_dir)
+    # A run on turns that offer tools also holds the turn after a tool result, which its
+    # targets (a call, an answer after a failure) never show: trained on calculator calls
+    # alone, an adapter answered every tool result by echoing it in <tool_response> tags.
+    tool_turns = (
+        base_tool_replay_examples(base, tokenizer, cache_dir=cache_dir)
+        if _offers_tools(job)
+        else []
+    )
+    replay = [*job.replay, *tool_turns, *general][: config.replay_examples]
     model = trainer.add_lora(base, config)
     started_from = _start(model, config, job.serving_adapter)
 
@@ -209,6 +223,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             "skipped": result.skipped,
             "targets": len(job.examples) + len(job.items),
             "replay_examples": len(replay),
+            "tool_replay_examples": len(tool_turns),
             "started_from": started_from,
         },
     }

@@ -200,6 +200,24 @@ def test_replay_examples_bounds_the_forgetting_guards_data_the_jobs_own_first(ma
     assert outcome.metrics["train"]["replay_examples"] == 2
 
 
+def test_a_job_on_turns_offered_tools_also_replays_the_bases_answers_after_a_tool_result(
+    make_job, tmp_path
+):
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
+    call = {"id": "call_0", "type": "function",
+            "function": {"name": "calculator", "arguments": '{"expression": "2 + 2"}'}}  # fmt: skip
+    examples = [
+        Example(_user(q), {"role": "assistant", "content": None, "tool_calls": [call]}, tools)
+        for q in QUESTIONS
+    ]
+
+    with_tools = run_job(make_job(examples=examples), Recorder())
+    without = run_job(make_job(adapter_root=tmp_path / "other"), Recorder())
+
+    assert with_tools.metrics["train"]["tool_replay_examples"] > 0
+    assert without.metrics["train"]["tool_replay_examples"] == 0
+
+
 def test_the_jobs_regression_items_are_evaluated_besides_the_general_facts(make_job):
     good_trace = {
         "source": "trace",
