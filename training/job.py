@@ -139,9 +139,8 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         base_tool_replay_examples(base, tokenizer, cache_dir=cache_dir)
         if _offers_tools(job)
         else []
-    )
+    )[: max(0, config.replay_examples - len(job.replay))]
     replay = [*job.replay, *tool_turns, *general][: config.replay_examples]
-    tool_turns = [example for example in tool_turns if example in replay]
     model = trainer.add_lora(base, config)
     started_from = _start(model, config, job.serving_adapter)
 

@@ -32,45 +32,9 @@ def base_replay_examples(
     cache_dir: Path | None = None,
     batch_size: int = 8,
 ) -> list[Example]:
-    """The base's greedy answers to `prompts` as examples; call before the adapter is added.
-
-    Greedy answers of one base model never change, so they are cached in `cache_dir` (keyed
-    by the model's weights file, the prompts and the length) and generated once per base.
-    """
-    cache = _cache_file(model, prompts, cache_dir) if cache_dir is not None else None
-    if cache is not None and cache.exists():
-        answers = json.loads(cache.read_text())
-    else:
-        answers = []
-        eos = tokenizer.eos_token_id
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            replies = generate_replies(
-                model,
-                [render_prompt(tokenizer, _context(prompt)) for prompt in chunk],
-                eos_token_id=eos,
-                max_new_tokens=REPLAY_MAX_NEW_TOKENS,
-                temperature=None,
-            )
-            answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
-        if cache is not None:
-            _write_cache(cache, answers)
-    return [
-        Example(_context(prompt), assistant_message_from_text(answer.strip()))
-        for prompt, answer in zip(prompts, answers, strict=True)
-        if answer.strip()
-    ]
-
-
-def _context(prompt: str) -> list[dict]:
-    return [{"role": "user", "content": prompt}]
-
-
-def _cache_file(model: PreTrainedModel, prompts: Sequence[str], cache_dir: Path) -> Path:
-    key = json.dumps(
-        [getattr(model.config, "_name_or_path", ""), list(prompts), REPLAY_MAX_NEW_TOKENS]
-    )
-    return cache_dir / f"replay-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    """The base's greedy answers to `prompts` as examples; call before the adapter is added."""
+    conversations = [([{"role": "user", "content": prompt}], None) for prompt in prompts]
+    return _base_answers(model, tokenizer, conversations, cache_dir, batch_size)
 
 
 def base_tool_replay_examples(
@@ -79,33 +43,60 @@ def base_tool_replay_examples(
     *,
     episodes: Sequence[tuple[str, str, str, str, str, str]] = TOOL_REPLAY_EPISODES,
     cache_dir: Path | None = None,
+    batch_size: int = 8,
 ) -> list[Example]:
     """The base's greedy answers after a tool result, one per episode, as examples (with the
-    episode's tool); cached like `base_replay_examples`."""
-    contexts = [_tool_context(*episode) for episode in episodes]
-    cache = (
-        _cache_file(model, [json.dumps(context) for context, _ in contexts], cache_dir)
-        if cache_dir is not None
-        else None
-    )
+    episode's tool); call before the adapter is added."""
+    conversations = [_tool_context(*episode) for episode in episodes]
+    return _base_answers(model, tokenizer, conversations, cache_dir, batch_size)
+
+
+def _base_answers(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    conversations: list[tuple[list[dict], list[dict] | None]],
+    cache_dir: Path | None,
+    batch_size: int,
+) -> list[Example]:
+    """The base's greedy reply to each (context, tools), as examples; empty replies left out.
+
+    Greedy answers of one base model never change, so they are cached in `cache_dir` (keyed
+    by the model's weights file, the conversations and the length) and generated once per base.
+    """
+    cache = _cache_file(model, conversations, cache_dir) if cache_dir is not None else None
     if cache is not None and cache.exists():
         answers = json.loads(cache.read_text())
     else:
-        replies = generate_replies(
-            model,
-            [render_prompt(tokenizer, context, tools) for context, tools in contexts],
-            eos_token_id=tokenizer.eos_token_id,
-            max_new_tokens=REPLAY_MAX_NEW_TOKENS,
-            temperature=None,
-        )
-        answers = [tokenizer.decode(reply, skip_special_tokens=True) for reply in replies]
+        answers = []
+        for start in range(0, len(conversations), batch_size):
+            replies = generate_replies(
+                model,
+                [
+                    render_prompt(tokenizer, context, tools)
+                    for context, tools in conversations[start : start + batch_size]
+                ],
+                eos_token_id=tokenizer.eos_token_id,
+                max_new_tokens=REPLAY_MAX_NEW_TOKENS,
+                temperature=None,
+            )
+            answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
         if cache is not None:
-            _write_cache(cache, answers)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache.with_suffix(".partial")
+            partial.write_text(json.dumps(answers))
+            partial.replace(cache)
     return [
         Example(context, assistant_message_from_text(answer.strip()), tools)
-        for (context, tools), answer in zip(contexts, answers, strict=True)
+        for (context, tools), answer in zip(conversations, answers, strict=True)
         if answer.strip()
     ]
+
+
+def _cache_file(model: PreTrainedModel, conversations: list, cache_dir: Path) -> Path:
+    key = json.dumps(
+        [getattr(model.config, "_name_or_path", ""), conversations, REPLAY_MAX_NEW_TOKENS]
+    )
+    return cache_dir / f"replay-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def _tool_context(
@@ -135,10 +126,3 @@ def _tool_context(
         {"role": "tool", "tool_call_id": "call_0", "content": result},
     ]
     return context, [definition]
-
-
-def _write_cache(cache: Path, answers: list[str]) -> None:
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".partial")
-    partial.write_text(json.dumps(answers))
-    partial.replace(cache)

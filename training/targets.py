@@ -143,12 +143,12 @@ def hint_context(
     shown = [
         turn
         for example in examples
-        for turn in [*_with_hint(example.exchange, hint), example.answer]
+        for turn in [*_with_hint(example.exchange, hint), copy.deepcopy(example.answer)]
     ]
     system = 0
     while system < len(context) and context[system]["role"] == "system":
         system += 1
-    return [*context[:system], *copy.deepcopy(shown), *context[system:]]
+    return [*context[:system], *shown, *context[system:]]
 
 
 def _with_hint(messages: Sequence[Message], hint: str) -> list[Message]:
