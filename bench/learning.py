@@ -63,6 +63,7 @@ from training.sampling import generate_replies
 from training.targets import (
     TEACHER_BUDGET,
     TEACHER_SAMPLES_PER_ROUND,
+    LessonHint,
     TransformersTeacher,
     WorkedExample,
     hint_context,
@@ -399,6 +400,7 @@ def run_kind(
             adapter_root=Path(scratch) / "adapters",
             thresholds=GateThresholds(),
             feedback_items=feedback_items,
+            lessons=[LessonHint(kind.feedback, tuple(worked))],  # as the worker passes them
             **data,
         )
         outcome = run_job(job, QuietJob(f"{kind.name}-{config.seed}"))
@@ -485,13 +487,21 @@ def main() -> None:
         help="sft: the DPO term's weight on (target, replaced answer) pairs (0: off), to "
         "compare sft with and without it, e.g. on the test set's 'avoid' kind",
     )
+    parser.add_argument(
+        "--guard-reference",
+        choices=["lessons", "base"],
+        default=TrainingConfig().guard_reference,
+        help="what the guard pulls towards on general prompts: the base shown the lesson, or "
+        "the base as it is",
+    )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]
     chosen_kinds = [kind for kind in kinds if not args.kinds or kind.name in args.kinds]
     model_dir = resolve_base_model("SmolLM2-135M-Instruct", args.model_cache)
     print(
         f"set {args.set}, mode {args.mode}, seeds {args.seeds}, forgetting guard weight "
-        f"{args.base_kl_weight}, preference weight {args.preference_weight}; every other "
+        f"{args.base_kl_weight} towards {args.guard_reference}, preference weight "
+        f"{args.preference_weight}; every other "
         f"setting the default; {len(held_out)} held-out questions",
         flush=True,
     )
@@ -508,6 +518,7 @@ def main() -> None:
                 seed=seed,
                 base_kl_weight=args.base_kl_weight,
                 preference_weight=args.preference_weight,
+                guard_reference=args.guard_reference,
             )
             row = run_kind(kind, questions, held_out, model_dir, args.model_cache, config)
             rows.append(row)

@@ -29,6 +29,9 @@ TrainingMode = Literal["sft", "distill"]
 
 StartFrom = Literal["base", "serving"]
 
+# What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
+GuardReference = Literal["lessons", "base"]
+
 
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
 class TrainingConfig:
@@ -79,6 +82,12 @@ class TrainingConfig:
     base_kl_weight: float = Field(2.0, ge=0.0, le=100.0)
     # Replay examples the guard cycles through (general prompts first, then good traces).
     replay_examples: int = Field(32, ge=0, le=10_000)
+    # On the general prompts, the guard's reference: "lessons", the base shown every lesson the
+    # run trains on (their feedback and worked examples, as the teacher is shown them), so the
+    # lessons reach questions nobody reviewed while what the base knows is kept; "base", the
+    # base as it is, which also pulls the student back from the lessons on every question it
+    # did not train on. Runs whose turns were all served with tools always use "base".
+    guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
     # and the guard, the reference being the base; 0 turns it off. For lessons the base mostly
     # follows already ("never do X"), where sft alone regressed a few items; off until measured.

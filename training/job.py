@@ -27,8 +27,9 @@ from training.config import TrainingConfig
 from training.eval_sets import general_regression_items
 from training.evaluation import SERVING_ADAPTER, evaluate_adapter
 from training.gate import GateThresholds
-from training.replay import base_replay_examples, base_tool_replay_examples
+from training.replay import base_replay_examples, base_tool_replay_examples, lesson_replay_examples
 from training.repliers import ModelServers, choose_replier
+from training.targets import LessonHint
 
 # One greedy reply of up to MAX_EVAL_TOKENS on a busy CPU server, all items in flight at once.
 EVALUATION_TIMEOUT_S = 300.0
@@ -60,6 +61,9 @@ class TrainingJob:
     # The forgetting guard trains on these first, then on the base's answers to the general
     # replay prompts, `config.replay_examples` in all.
     replay: Sequence[trainer.Example] = ()
+    # The lessons the run teaches, as the teacher is shown them: with config.guard_reference
+    # "lessons", the teacher shown them answers the general replay prompts, not the base.
+    lessons: Sequence[LessonHint] = ()
     # training.evaluation's feedback items (trained and `held_out`); the evaluation adds the
     # general regression facts to `regression_items`.
     feedback_items: Sequence[dict[str, Any]] = ()
@@ -131,7 +135,12 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
     model_dir = resolve_base_model(job.base_model, job.model_cache_dir)
     base, tokenizer = trainer.load_base_model(model_dir, config)
     cache_dir = job.model_cache_dir / "replay"
-    general = base_replay_examples(base, tokenizer, cache_dir=cache_dir)
+    lessons = list(job.lessons) if config.guard_reference == "lessons" else []
+    general = (
+        lesson_replay_examples(base, tokenizer, lessons, cache_dir=cache_dir)
+        if lessons
+        else base_replay_examples(base, tokenizer, cache_dir=cache_dir)
+    )
     # A run on turns that offer tools also holds the turn after a tool result, which its
     # targets (a call, an answer after a failure) never show: trained on calculator calls
     # alone, an adapter looped on <tool_response> tags after the result in 4 of 8 episodes.
@@ -224,6 +233,9 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             "targets": len(job.examples) + len(job.items),
             "replay_examples": len(replay),
             "tool_replay_examples": len(tool_turns),
+            # The lessons the teacher was shown to answer the general replay prompts (none:
+            # the base answered them).
+            "replay_lessons": [lesson.feedback for lesson in lessons],
             "started_from": started_from,
         },
     }

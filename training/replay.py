@@ -6,6 +6,13 @@ overwrite what the model knew. The prompts are general and varied, and none of t
 regression prompt (training/eval_sets.py): the guard must not be trained on the gate's test.
 A run on turns served with tools also gets the base's answers after a tool result in a few
 general tool episodes: its targets (a call, an answer after a failure) never show that turn.
+
+With lessons (config.guard_reference "lessons"), the general prompts are answered by the
+teacher instead: the base shown every lesson of the run, as it is shown them when it proposes
+targets. The guard then pulls the student, on questions nobody reviewed, towards what the
+prompted model does there: the lessons where they apply, the base's knowledge everywhere.
+Pulled towards the base itself, the student unlearns the lessons on every question it did not
+train on (bench/README.md, "The test set").
 """
 
 import hashlib
@@ -17,11 +24,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.chat import assistant_message_from_text, render_prompt
 from training.eval_sets import REPLAY_PROMPTS, TOOL_REPLAY_EPISODES, TOOL_REPLAY_SYSTEM_PROMPT
+from training.evaluation import MAX_EVAL_TOKENS
 from training.sampling import generate_replies
+from training.targets import LessonHint, lessons_context
 from training.trainer import Example
 
 # Replies long enough to carry the model's manner, short enough to cost little to train on.
 REPLAY_MAX_NEW_TOKENS = 64
+# The teacher's answers run as long as the gate's: a lesson about how an answer ends is only
+# seen at its end.
+LESSON_REPLAY_MAX_NEW_TOKENS = MAX_EVAL_TOKENS
 
 
 def base_replay_examples(
@@ -34,7 +46,34 @@ def base_replay_examples(
 ) -> list[Example]:
     """The base's greedy answers to `prompts` as examples; call before the adapter is added."""
     conversations = [([{"role": "user", "content": prompt}], None) for prompt in prompts]
-    return _base_answers(model, tokenizer, conversations, cache_dir, batch_size)
+    answers = _greedy_answers(
+        model, tokenizer, conversations, REPLAY_MAX_NEW_TOKENS, cache_dir, batch_size
+    )
+    return _examples(conversations, answers)
+
+
+def lesson_replay_examples(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    lessons: Sequence[LessonHint],
+    *,
+    prompts: Sequence[str] = REPLAY_PROMPTS,
+    cache_dir: Path | None = None,
+    batch_size: int = 8,
+) -> list[Example]:
+    """The teacher's greedy answers to `prompts`, shown every lesson, as examples whose context
+    is the bare prompt and whose `teacher_context` is what the teacher saw: the guard's base
+    side is computed there. Call before the adapter is added."""
+    contexts = [[{"role": "user", "content": prompt}] for prompt in prompts]
+    shown = [(lessons_context(context, lessons), None) for context in contexts]
+    answers = _greedy_answers(
+        model, tokenizer, shown, LESSON_REPLAY_MAX_NEW_TOKENS, cache_dir, batch_size
+    )
+    return [
+        Example(context, assistant_message_from_text(answer.strip()), teacher_context=seen)
+        for context, (seen, _), answer in zip(contexts, shown, answers, strict=True)
+        if answer.strip()
+    ]
 
 
 def base_tool_replay_examples(
@@ -48,22 +87,39 @@ def base_tool_replay_examples(
     """The base's greedy answers after a tool result, one per episode, as examples (with the
     episode's tool); call before the adapter is added."""
     conversations = [_tool_context(*episode) for episode in episodes]
-    return _base_answers(model, tokenizer, conversations, cache_dir, batch_size)
+    answers = _greedy_answers(
+        model, tokenizer, conversations, REPLAY_MAX_NEW_TOKENS, cache_dir, batch_size
+    )
+    return _examples(conversations, answers)
 
 
-def _base_answers(
+def _examples(
+    conversations: list[tuple[list[dict], list[dict] | None]], answers: list[str]
+) -> list[Example]:
+    """Each (context, tools) with its answer as an example; empty answers left out."""
+    return [
+        Example(context, assistant_message_from_text(answer.strip()), tools)
+        for (context, tools), answer in zip(conversations, answers, strict=True)
+        if answer.strip()
+    ]
+
+
+def _greedy_answers(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     conversations: list[tuple[list[dict], list[dict] | None]],
+    max_new_tokens: int,
     cache_dir: Path | None,
     batch_size: int,
-) -> list[Example]:
-    """The base's greedy reply to each (context, tools), as examples; empty replies left out.
+) -> list[str]:
+    """The base's greedy reply to each (context, tools).
 
     Greedy answers of one base model never change, so they are cached in `cache_dir` (keyed
-    by the model's weights file, the conversations and the length) and generated once per base.
+    by the model's weights file, the conversations and the length) and generated once per base
+    and set of lessons.
     """
-    cache = _cache_file(model, conversations, cache_dir) if cache_dir is not None else None
+    key = [getattr(model.config, "_name_or_path", ""), conversations, max_new_tokens]
+    cache = _cache_file(key, cache_dir) if cache_dir is not None else None
     if cache is not None and cache.exists():
         answers = json.loads(cache.read_text())
     else:
@@ -76,7 +132,7 @@ def _base_answers(
                     for context, tools in conversations[start : start + batch_size]
                 ],
                 eos_token_id=tokenizer.eos_token_id,
-                max_new_tokens=REPLAY_MAX_NEW_TOKENS,
+                max_new_tokens=max_new_tokens,
                 temperature=None,
             )
             answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
@@ -85,18 +141,12 @@ def _base_answers(
             partial = cache.with_suffix(".partial")
             partial.write_text(json.dumps(answers))
             partial.replace(cache)
-    return [
-        Example(context, assistant_message_from_text(answer.strip()), tools)
-        for (context, tools), answer in zip(conversations, answers, strict=True)
-        if answer.strip()
-    ]
+    return answers
 
 
-def _cache_file(model: PreTrainedModel, conversations: list, cache_dir: Path) -> Path:
-    key = json.dumps(
-        [getattr(model.config, "_name_or_path", ""), conversations, REPLAY_MAX_NEW_TOKENS]
-    )
-    return cache_dir / f"replay-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+def _cache_file(key: list, cache_dir: Path) -> Path:
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+    return cache_dir / f"replay-{digest}.json"
 
 
 def _tool_context(

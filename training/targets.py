@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+from itertools import zip_longest
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -76,6 +77,14 @@ class WorkedExample:
     def size(self) -> int:
         """The characters it adds to the teacher's context, tool calls included."""
         return len(json.dumps([*self.exchange, self.answer]))
+
+
+@dataclass(frozen=True)
+class LessonHint:
+    """A lesson as the teacher is shown it: the feedback's text and worked examples of it."""
+
+    feedback: str
+    examples: tuple[WorkedExample, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,24 @@ def hint_context(
     while system < len(context) and context[system]["role"] == "system":
         system += 1
     return [*context[:system], *shown, *context[system:]]
+
+
+def lessons_context(
+    student_context: list[Message], lessons: Sequence[LessonHint], max_examples: int = 4
+) -> list[Message]:
+    """The teacher's context under every lesson at once: their feedback as one hint, and up to
+    `max_examples` worked examples taken in turn from each lesson (the teacher's own prompt,
+    hint_context, for one lesson)."""
+    if not lessons:
+        raise ValueError("no lesson to show the teacher")
+    feedback = " ".join(lesson.feedback.strip() for lesson in lessons)
+    in_turn = [
+        example
+        for round_ in zip_longest(*(lesson.examples for lesson in lessons))
+        for example in round_
+        if example is not None
+    ]
+    return hint_context(student_context, feedback, in_turn[:max_examples])
 
 
 def _with_hint(messages: Sequence[Message], hint: str) -> list[Message]:

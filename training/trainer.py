@@ -9,7 +9,8 @@ Two modes share the loop:
   tail KL between the two at every token of y. The teacher never changes during a run.
 Both add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of the
 replay examples (the base's own answers to general prompts, good traces), the base side
-computed with the adapter disabled.
+computed with the adapter disabled, under the example's `teacher_context` where it has one
+(the teacher's answers to general prompts, training/replay.py).
 sft can add a preference term: `preference_weight` x DPO on the examples that carry the answer
 their reply replaced (`Example.rejected`), the reference being the base (adapter disabled).
 
@@ -64,6 +65,9 @@ class Example:
     # sft: the answer `reply` replaced (the original turn a correction or revision rewrote);
     # the preference term prefers `reply` to it. None: no pair.
     rejected: Message | None = None
+    # replay: the context the guard's base side sees instead of `context` (the teacher's, with
+    # the lessons shown); None: the same context as the student.
+    teacher_context: list[Message] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,10 +361,13 @@ def _teacher_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: in
 
 
 def _base_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: int) -> torch.Tensor:
-    """Forgetting guard: KL(base || student) on approved replies, same context for both."""
+    """Forgetting guard: KL(base || student) on replay replies, the base under the teacher's
+    context where the example has one, else under the student's."""
     prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
     with torch.no_grad(), adapter_disabled(model):
-        base_logits, _ = reply_logits(model, prompts, replies, pad_token_id)
+        base_logits, _ = reply_logits(
+            model, [seq.teacher_prompt or seq.prompt for seq in batch], replies, pad_token_id
+        )
     student_logits, mask = reply_logits(model, prompts, replies, pad_token_id)
     return topk_tail_kl(student_logits, base_logits, mask, k)
 
@@ -419,7 +426,12 @@ def _example_tokens(
     if with_rejected and example.rejected is not None:
         _, rejected = _prompt_and_reply(tokenizer, example.context, example.rejected, example.tools)
         rejected = rejected if rejected != reply else None
-    return _Tokens(prompt=prompt, reply=reply, rejected=rejected)
+    teacher_prompt = None
+    if example.teacher_context is not None:
+        teacher_prompt, _ = _prompt_and_reply(
+            tokenizer, example.teacher_context, example.reply, example.tools
+        )
+    return _Tokens(prompt=prompt, reply=reply, teacher_prompt=teacher_prompt, rejected=rejected)
 
 
 def _prompt_and_reply(

@@ -15,7 +15,7 @@ from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS
 from training.gate import GateThresholds
 from training.job import Progress, ServingAdapter, TrainingJob, run_job
-from training.targets import hint_context
+from training.targets import LessonHint, hint_context
 from training.trainer import Example, adapter_weights
 
 QUESTIONS = ["what is the capital of france ?", "what is the capital of italy ?", "say hello"]
@@ -216,6 +216,19 @@ def test_a_job_on_turns_offered_tools_also_replays_the_bases_answers_after_a_too
 
     assert with_tools.metrics["train"]["tool_replay_examples"] > 0
     assert without.metrics["train"]["tool_replay_examples"] == 0
+
+
+def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_general_prompts(
+    make_job, tmp_path
+):
+    lessons = [LessonHint("say hello")]
+    taught = dataclasses.replace(CONFIG, guard_reference="lessons")
+
+    with_lessons = run_job(make_job(config=taught, lessons=lessons), Recorder())
+    base = run_job(make_job(lessons=lessons, adapter_root=tmp_path / "other"), Recorder())
+
+    assert with_lessons.metrics["train"]["replay_lessons"] == ["say hello"]
+    assert base.metrics["train"]["replay_lessons"] == []
 
 
 def test_the_jobs_regression_items_are_evaluated_besides_the_general_facts(make_job):

@@ -1,8 +1,10 @@
-"""The forgetting guard's tool episodes: the base's answer after a successful tool result."""
+"""The forgetting guard's data: the base's answer after a successful tool result in its tool
+episodes, and the teacher's answers to the general prompts when it is shown the lessons."""
 
 from training.checks import tool_result_failed
 from training.eval_sets import TOOL_REPLAY_EPISODES
-from training.replay import base_tool_replay_examples
+from training.replay import base_replay_examples, base_tool_replay_examples, lesson_replay_examples
+from training.targets import LessonHint, WorkedExample, lessons_context
 
 
 def test_each_tool_episode_replays_the_turn_after_a_successful_result_of_an_offered_tool(
@@ -31,3 +33,26 @@ def test_the_base_answers_are_generated_once_and_read_back(
     again = base_tool_replay_examples(make_tiny_llama(seed=1), tokenizer, cache_dir=tmp_path)
 
     assert [example.reply for example in again] == [example.reply for example in first]
+
+
+def test_the_teacher_shown_the_lessons_answers_the_bare_general_prompts(
+    tmp_path, make_tiny_llama, make_tiny_tokenizer
+):
+    model, tokenizer = make_tiny_llama(), make_tiny_tokenizer()
+    lessons = [LessonHint("say hello", (WorkedExample.reply("say one", "hello one"),))]
+    prompts = ["what is red ?", "say one two three"]
+
+    examples = lesson_replay_examples(
+        model, tokenizer, lessons, prompts=prompts, cache_dir=tmp_path
+    )
+    bare = base_replay_examples(model, tokenizer, prompts=prompts, cache_dir=tmp_path)
+
+    assert [example.context for example in examples] == [
+        [{"role": "user", "content": prompt}] for prompt in prompts
+    ]
+    assert [example.teacher_context for example in examples] == [
+        lessons_context(example.context, lessons) for example in examples
+    ]
+    # The base's own answers are another cache entry, and carry no teacher context.
+    assert len(list(tmp_path.glob("replay-*.json"))) == 2
+    assert all(example.teacher_context is None for example in bare)

@@ -6,6 +6,7 @@ import pytest
 
 from training.targets import (
     HINT_TEMPLATE,
+    LessonHint,
     Proposal,
     SampleRequest,
     TeacherSample,
@@ -13,6 +14,7 @@ from training.targets import (
     VllmTeacher,
     WorkedExample,
     hint_context,
+    lessons_context,
     propose_targets,
     resolve_turn,
     rewrite_context,
@@ -256,6 +258,36 @@ def test_a_worked_example_of_a_tool_call_is_shown_as_the_call_after_its_exchange
         {**TOOL_TRACE[2], "content": TOOL_TRACE[2]["content"] + hint},
     ]
     assert example.exchange[2]["content"] == "error: get_weather service unavailable"
+
+
+def test_the_teacher_shown_one_lesson_sees_its_own_prompt():
+    example = WorkedExample.reply("What is 2 + 2?", "Answer: 4.")
+    context = student_context(TRACE, 2)
+
+    shown = lessons_context(context, [LessonHint(FEEDBACK, (example,))])
+
+    assert shown == hint_context(context, FEEDBACK, [example])
+
+
+def test_the_teacher_shown_several_lessons_sees_all_their_feedback_and_examples_in_turn():
+    first = [WorkedExample.reply(f"Question {n}?", f"First {n}.") for n in range(3)]
+    second = [WorkedExample.reply("Other?", "Second.")]
+    lessons = [
+        LessonHint(" Be brief. ", tuple(first)),
+        LessonHint("End with a question.", tuple(second)),
+    ]
+
+    shown = lessons_context([{"role": "user", "content": "Hi?"}], lessons, max_examples=3)
+
+    hint = HINT_TEMPLATE.format(feedback="Be brief. End with a question.")
+    assert shown[-1] == {"role": "user", "content": "Hi?" + hint}
+    answers = [message["content"] for message in shown if message["role"] == "assistant"]
+    assert answers == ["First 0.", "Second.", "First 1."]
+
+
+def test_no_lesson_is_nothing_to_show_the_teacher():
+    with pytest.raises(ValueError, match="no lesson"):
+        lessons_context([{"role": "user", "content": "Hi?"}], [])
 
 
 def test_a_context_without_a_user_message_makes_no_worked_example():

@@ -464,3 +464,24 @@ def test_a_replaced_answer_that_renders_the_same_is_no_pair(tokenizer):
     same = dataclasses.replace(example, rejected={**example.reply, "name": "ignored"})
 
     assert _example_tokens(tokenizer, same, with_rejected=True).rejected is None
+
+
+def test_the_guard_pulls_towards_the_teacher_where_a_replay_example_has_its_context(
+    make_student, tokenizer
+):
+    """A fresh adapter is the base: under the student's own context the guard has nothing to
+    pull, under the teacher's (the lesson shown) it has."""
+    from training.trainer import _base_kl, _example_tokens
+
+    student = make_student(_sft_config())
+    plain = Example(_user(QUESTIONS[0]), {"role": "assistant", "content": "answer : paris"})
+    taught = dataclasses.replace(
+        plain, teacher_context=_user(f"{QUESTIONS[0]} reviewer feedback : {FEEDBACK}")
+    )
+
+    def guard(example: Example) -> float:
+        with torch.no_grad():
+            return _base_kl(student, [_example_tokens(tokenizer, example)], 0, k=20).item()
+
+    assert guard(plain) == pytest.approx(0.0, abs=1e-6)
+    assert guard(taught) > 1e-3
