@@ -10,7 +10,9 @@ It starts the product (bench/product.py: web, worker, a scratch database; vLLM s
 project's model, teaches and answers the gate) on default training and gate settings, with
 "checks pass" approval. Then per lesson, in one project, as a team gives them one after another:
 1. the demo harness (reviewapp/harness, tool_choice "auto", the lesson's injected tool failures)
-   runs --reviewed episodes through the gateway on whatever serves now;
+   runs --reviewed episodes through the gateway on whatever serves now, each reporting its
+   outcome as the harness does by default (successful episodes nobody commented on are the
+   good traces a later run's forgetting guard replays);
 2. each episode where the lesson applies gets the lesson's feedback and action checks pinned to
    the turn it is about, over the API; the first --corrections of them also a corrected turn (a
    tool call, or an honest answer);
@@ -44,7 +46,7 @@ import httpx
 import jsonschema
 from product import PROXY_HEADERS, run_to_the_end, running_product, wait_for
 
-from reviewapp.harness.agent import EpisodeResult, run_episode
+from reviewapp.harness.agent import EpisodeResult, report_outcome, run_episode
 from reviewapp.harness.tasks import Task, numbers_in
 from reviewapp.harness.tools import (
     ERROR_PREFIX,
@@ -341,6 +343,10 @@ def run_episodes(
                 tool_choice="auto",
                 instructions=instructions,
             )
+            if not direct:  # as the demo harness does by default: a run's good traces come of it
+                report_outcome(
+                    client, base_url=base_url, api_key=key, trace_id=trace_id, result=result
+                )
         return Episode(trace_id, items[number], result)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # vLLM batches the two
