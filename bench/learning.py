@@ -431,6 +431,8 @@ def run_kind(
         "adapter": adherence(adapter_replies, kind.check),
         "correct_base": correctness(base_replies, held_out),
         "correct_adapter": correctness(adapter_replies, held_out),
+        # What the adapter is meant to bake in keeps its facts this often.
+        "correct_teacher_prompt": correctness(prompted["teacher_prompt"], held_out),
         "facts_broken": facts.get("regressed", 0),
         "facts": sum(facts.values()),
         "targets_min": targets_s / 60,
@@ -460,7 +462,8 @@ def summary_row(kind: Kind, rows: list[dict]) -> str:
         f"{deployed}/{len(rows)}",
         *(_spread([row[column] for row in rows]) for column in COLUMNS),
         f"{_spread([row['correct_base'] for row in rows])} -> "
-        f"{_spread([row['correct_adapter'] for row in rows])}",
+        f"{_spread([row['correct_adapter'] for row in rows])} "
+        f"({_spread([row['correct_teacher_prompt'] for row in rows])})",
         "/".join(str(row["facts_broken"]) for row in rows) + f" of {rows[0]['facts']}",
         f"{statistics.fmean(row['minutes'] for row in rows):.1f}",
     ]
@@ -507,7 +510,7 @@ def main() -> None:
     )
     table = [
         "| kind | deployed | base | system | user turn | teacher prompt | adapter "
-        "| correct: base -> adapter | facts broken | minutes |",
+        "| correct: base -> adapter (teacher prompt) | facts broken | minutes |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for kind in chosen_kinds:

@@ -55,6 +55,9 @@ RUN_LEVEL = {"mode", "teacher_prompt", "replay_examples", "save_every_steps", "b
 RUN_LEVEL |= {"preference_weight", "preference_beta"}
 # start_from: tests/training/test_job.py (the job, not the trainer, loads the serving weights).
 ELSEWHERE = {"held_out_fraction", "gate_candidates", "start_from"}
+# guard_reference: tests/training/test_job.py (the job chooses who answers the general prompts)
+# and test_trainer.py (the guard's base side under the teacher's context).
+ELSEWHERE |= {"guard_reference"}
 
 
 def _examples() -> list[Example]:
