@@ -10,9 +10,8 @@ general tool episodes: its targets (a call, an answer after a failure) never sho
 With lessons (config.guard_reference "lessons"), the general prompts are answered by the
 teacher instead: the base shown every lesson of the run, as it is shown them when it proposes
 targets. The guard then pulls the student, on questions nobody reviewed, towards what the
-prompted model does there: the lessons where they apply, the base's knowledge everywhere.
-Pulled towards the base itself, the student unlearns the lessons on every question it did not
-train on (bench/README.md, "The test set").
+prompted model does there. Pulled towards the base itself, the student unlearns the lessons on
+every question it did not train on (bench/README.md, "The guard's reference").
 """
 
 import hashlib
