@@ -161,7 +161,9 @@ def hint_context(
 
 
 def lessons_context(
-    student_context: list[Message], lessons: Sequence[LessonHint], max_examples: int = 4
+    student_context: list[Message],
+    lessons: Sequence[LessonHint],
+    max_examples: int = 4,  # as many as the worker shows the teacher under one feedback
 ) -> list[Message]:
     """The teacher's context under every lesson at once: their feedback as one hint, and up to
     `max_examples` worked examples taken in turn from each lesson (the teacher's own prompt,

@@ -1,6 +1,7 @@
 """Turning one feedback into distillation targets: its correction as is, else the teacher's
 revisions of the turn, best first."""
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -73,14 +74,26 @@ def worked_examples_for(feedback: Feedback, limit: int = WORKED_EXAMPLES) -> lis
         .select_related("trace")
         .order_by("-id")[:limit]
     )
+
+    def candidates():
+        for other in corrected:
+            messages = other.trace.body_json()["messages"]
+            try:
+                context = student_context(messages, resolve_turn(messages, other.turn))
+            except ValueError:  # the trace changed under the feedback: not an example
+                continue
+            yield WorkedExample.ending(context, other.correction)
+
+    return fit_worked_examples(candidates(), limit)
+
+
+def fit_worked_examples(candidates: Iterable, limit: int = WORKED_EXAMPLES) -> list:
+    """The first `limit` candidate worked examples (None: no example) that fit, in order,
+    within WORKED_EXAMPLE_CHARS in all; one too long is passed over for shorter ones after it."""
     examples, room = [], WORKED_EXAMPLE_CHARS
-    for other in corrected:
-        messages = other.trace.body_json()["messages"]
-        try:
-            context = student_context(messages, resolve_turn(messages, other.turn))
-        except ValueError:  # the trace changed under the feedback: not an example
-            continue
-        example = WorkedExample.ending(context, other.correction)
+    for example in candidates:
+        if len(examples) == limit:
+            break
         if example is not None and example.size <= room:
             examples.append(example)
             room -= example.size

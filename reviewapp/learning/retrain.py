@@ -30,7 +30,7 @@ from reviewapp.learning.models import (
     TrainingRun,
 )
 from reviewapp.learning.plan import run_plan
-from reviewapp.learning.proposals import WORKED_EXAMPLE_CHARS, WORKED_EXAMPLES
+from reviewapp.learning.proposals import fit_worked_examples
 from reviewapp.learning.runs import TransitionRefused, end_cancelled, fail, move
 from reviewapp.learning.selectors import final_answer, tags_by_trace
 from reviewapp.traces.models import Trace, tools_shown
@@ -206,8 +206,8 @@ def _good_traces(trace_ids: list[int]) -> list[tuple[Trace, tuple]]:
 
 def _lessons(targets: list, tools: dict) -> list:
     """The lessons the run trains on turns served without tools, oldest first, as the teacher is
-    shown them: the feedback's text with up to WORKED_EXAMPLES of its targets, corrections
-    first, as worked examples. With the guard's reference "lessons", the teacher shown them all
+    shown them: the feedback's text with those of its targets that fit as worked examples,
+    corrections first. With the guard's reference "lessons", the teacher shown them all
     answers the general replay prompts. Tool lessons are about turns no general prompt has."""
     from training.targets import LessonHint, WorkedExample
 
@@ -215,16 +215,18 @@ def _lessons(targets: list, tools: dict) -> list:
     for target in targets:  # in id order: a lesson's place is its first target
         if not tools[target.pk]:
             by_kind.setdefault(feedback_kind(target.feedback.text), []).append(target)
-    lessons = []
-    for group in by_kind.values():
-        examples, room = [], WORKED_EXAMPLE_CHARS
-        for target in sorted(group, key=lambda target: target.source != "correction"):
-            example = WorkedExample.ending(target.student_context, target.target)
-            if example is not None and example.size <= room and len(examples) < WORKED_EXAMPLES:
-                examples.append(example)
-                room -= example.size
-        lessons.append(LessonHint(group[0].feedback.text, tuple(examples)))
-    return lessons
+    return [
+        LessonHint(
+            group[0].feedback.text,
+            tuple(
+                fit_worked_examples(
+                    WorkedExample.ending(target.student_context, target.target)
+                    for target in sorted(group, key=lambda other: other.source != "correction")
+                )
+            ),
+        )
+        for group in by_kind.values()
+    ]
 
 
 def _tools_shown_by_target(targets: list) -> dict[int, list[dict] | None]:
