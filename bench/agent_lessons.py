@@ -5,6 +5,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
 
     python bench/agent_lessons.py                       # the 4 lessons, one after another
     python bench/agent_lessons.py --lessons calculator  # one of them
+    python bench/agent_lessons.py --lessons calculator honest-failure  # in this order
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default training and gate settings, with
@@ -534,9 +535,12 @@ def main() -> None:
         ).raise_for_status()
         table = ["| lesson | served | behaviour rate | success | valid calls |",
                  "|---|---|---|---|---|"]  # fmt: skip
-        for number, lesson in enumerate(LESSONS):
-            if lesson.name in args.lessons:
-                table += run_lesson(product, lesson, args, seed=args.seed * 1000 + number)
+        # In the order given: a lesson about failures applies only once the agent calls tools.
+        for name in args.lessons:
+            number, lesson = next(
+                (n, lesson) for n, lesson in enumerate(LESSONS) if lesson.name == name
+            )
+            table += run_lesson(product, lesson, args, seed=args.seed * 1000 + number)
         print("\n" + "\n".join(table))
 
 

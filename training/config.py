@@ -67,6 +67,13 @@ class TrainingConfig:
     gradient_accumulation_steps: int = Field(1, ge=1, le=MAX_EFFECTIVE_BATCH_SIZE)
     # Longest sequence (context + target) in tokens; bounds activation memory per step.
     max_seq_len: int = Field(2048, ge=1, le=32_768)
+    # The most tokens (rows x longest row, padding included) one forward-and-backward pass
+    # holds: a micro-batch over it is split into passes whose gradients add up to the same
+    # step, so this bounds memory and changes nothing else. Activations cost ~2.5 MB a token
+    # in fp32 on the bundled model: agent episodes of ~600 tokens, 4 and the guard's 4 in one
+    # pass, held 11.7 GB (bench/README.md, "Training memory on agent episodes"). None: 1024 on
+    # a CPU (as fast as one pass there, 3 GB), 8192 on CUDA (bigger passes keep a GPU busy).
+    max_tokens_per_pass: int | None = Field(None, ge=1, le=1_000_000)
     # Seeds LoRA init, data order and the student's samples, so a run can be repeated.
     seed: int = Field(0, ge=0, lt=2**32)
     # distill and the forgetting guard: KL over the top-k tokens plus one tail bucket.
@@ -164,6 +171,12 @@ class TrainingConfig:
     def use_bf16(self, *, cuda_available: bool) -> bool:
         """Whether to train in bf16; the caller says whether a bf16-capable CUDA device is there."""
         return cuda_available if self.bf16 is None else self.bf16
+
+    def tokens_per_pass(self, *, cuda: bool) -> int:
+        """The most tokens one pass holds; the caller says whether it trains on CUDA."""
+        if self.max_tokens_per_pass is not None:
+            return self.max_tokens_per_pass
+        return 8192 if cuda else 1024
 
     def to_json(self) -> str:
         """The config as JSON, as stored on the run row and written next to the adapter."""

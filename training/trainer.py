@@ -227,6 +227,7 @@ def train(
         torch.manual_seed(config.seed)  # the student's samples and LoRA dropout
 
     # --- the loop -------------------------------------------------------------------------------
+    budget = config.tokens_per_pass(cuda=model.device.type == "cuda")
     model.train()
     started = time.monotonic()
     session_tokens = 0
@@ -256,27 +257,26 @@ def train(
         guard_tokens = sum(_reply_tokens(batch) for batch in guard_step)
         step_pairs = sum(len(_pairs(batch)) for batch in batches)
 
+        # Each pass weighs its share of the step's reply tokens (pairs, for the preference
+        # term): every term is a mean over the whole step, so accumulation and the passes a
+        # micro-batch is split into change nothing but memory. One backward per pass: only
+        # one pass's activations are held at a time.
         step_loss = 0.0
         for batch, guard_batch in zip(batches, guard_step, strict=True):
-            if config.mode == "sft":
-                loss = _sft_loss(model, batch, pad_token_id)
-            else:
-                loss = _teacher_kl(model, batch, pad_token_id, config.top_k)
-            # Each micro-batch weighs its share of the step's tokens: the step loss is a token
-            # mean over the whole step, so accumulation changes nothing but memory.
-            loss = loss * _reply_tokens(batch) / main_tokens
-            if guard_batch:
-                guard_loss = _base_kl(model, guard_batch, pad_token_id, config.top_k)
-                loss = loss + config.base_kl_weight * guard_loss * (
-                    _reply_tokens(guard_batch) / guard_tokens
-                )
-            if use_preference and (pairs := _pairs(batch)):
-                preference_loss = _preference_loss(
-                    model, pairs, pad_token_id, config.preference_beta
-                )
-                loss = loss + config.preference_weight * preference_loss * (len(pairs) / step_pairs)
-            loss.backward()
-            step_loss += loss.item()
+            for part in _passes(batch, budget):
+                if config.mode == "sft":
+                    loss = _sft_loss(model, part, pad_token_id)
+                else:
+                    loss = _teacher_kl(model, part, pad_token_id, config.top_k)
+                step_loss += _backward(loss * _reply_tokens(part) / main_tokens)
+            for part in _passes(guard_batch, budget):
+                loss = _base_kl(model, part, pad_token_id, config.top_k)
+                share = _reply_tokens(part) / guard_tokens
+                step_loss += _backward(config.base_kl_weight * loss * share)
+            # Chosen and rejected replies, under the adapter and the base: four rows a pair.
+            for part in _passes(_pairs(batch) if use_preference else [], budget, rows_per_seq=2):
+                loss = _preference_loss(model, part, pad_token_id, config.preference_beta)
+                step_loss += _backward(config.preference_weight * loss * len(part) / step_pairs)
             batch_tokens = sum(seq.length for seq in [*batch, *guard_batch])
             tokens += batch_tokens
             session_tokens += batch_tokens
@@ -413,6 +413,27 @@ def _with_student_samples(
     return [replace(seq, reply=reply) for seq, reply in zip(batch, replies, strict=True)]
 
 
+def _backward(loss: torch.Tensor) -> float:
+    loss.backward()
+    return loss.item()
+
+
+def _passes(batch: list[_Tokens], max_tokens: int, rows_per_seq: int = 1) -> list[list[_Tokens]]:
+    """The micro-batch in consecutive parts of at most `max_tokens` (rows x longest row, the
+    padded size a pass runs), one record at least; [] for an empty batch."""
+    parts: list[list[_Tokens]] = []
+    longest = 0
+    for seq in batch:
+        longest_with = max(longest, _longest(seq, rows_per_seq > 1))
+        if parts and (len(parts[-1]) + 1) * rows_per_seq * longest_with <= max_tokens:
+            parts[-1].append(seq)
+            longest = longest_with
+        else:
+            parts.append([seq])
+            longest = _longest(seq, rows_per_seq > 1)
+    return parts
+
+
 # --- data ----------------------------------------------------------------------------------------
 
 
@@ -453,9 +474,11 @@ def _item_tokens(tokenizer: PreTrainedTokenizerBase, item: DistillItem) -> _Toke
     )
 
 
-def _longest(seq: _Tokens) -> int:
-    """The longest sequence the model runs for this record (the teacher's prompt may be longer)."""
-    return max(len(seq.prompt), len(seq.teacher_prompt or [])) + len(seq.reply)
+def _longest(seq: _Tokens, with_rejected: bool = False) -> int:
+    """The longest sequence the model runs for this record (the teacher's prompt may be longer;
+    `with_rejected`: the replaced reply too)."""
+    replies = [seq.reply, seq.rejected or []] if with_rejected else [seq.reply]
+    return max(len(seq.prompt), len(seq.teacher_prompt or [])) + max(map(len, replies))
 
 
 def _rejected_within(seq: _Tokens, max_seq_len: int) -> _Tokens:

@@ -7,7 +7,15 @@ from training.chat import render_prompt
 from training.config import TrainingConfig
 from training.evaluation import divergence
 from training.sampling import adapter_disabled, generate_replies, reply_logits
-from training.trainer import DistillItem, Example, add_lora, length_bucketed_batches, train
+from training.trainer import (
+    DistillItem,
+    Example,
+    _passes,
+    _Tokens,
+    add_lora,
+    length_bucketed_batches,
+    train,
+)
 
 QUESTIONS = [
     "what is the capital of france ?",
@@ -144,6 +152,67 @@ def test_accumulating_two_batches_of_one_equals_one_batch_of_two(make_student, t
     assert result_a.steps == result_b.steps == 3
     assert result_a.loss_curve == pytest.approx(result_b.loss_curve, rel=1e-5)
     _assert_same_weights(_lora_weights(model_a), _lora_weights(model_b), atol=1e-6)
+
+
+def _tokens(prompt: int, reply: int, rejected: int | None = None) -> _Tokens:
+    return _Tokens([1] * prompt, [2] * reply, rejected=None if rejected is None else [3] * rejected)
+
+
+def test_a_micro_batch_is_split_into_passes_within_the_token_budget_in_order():
+    batch = [_tokens(4, 2), _tokens(5, 1), _tokens(3, 3), _tokens(20, 5), _tokens(2, 2)]
+
+    parts = _passes(batch, max_tokens=16)
+
+    assert [seq for part in parts for seq in part] == batch  # every record once, in order
+    # rows x longest row within 16, except a record over the budget alone in its pass
+    assert [len(part) for part in parts] == [2, 1, 1, 1]
+    assert _passes([], max_tokens=16) == []
+
+
+def test_a_pair_counts_both_replies_and_both_rows():
+    pairs = [_tokens(4, 2, rejected=6), _tokens(4, 2, rejected=1)]
+
+    assert len(_passes(pairs, max_tokens=40, rows_per_seq=2)) == 1  # 2 pairs x 2 rows x 10
+    assert len(_passes(pairs, max_tokens=39, rows_per_seq=2)) == 2
+
+
+@pytest.mark.parametrize(
+    "make_config",
+    [
+        lambda **extra: _sft_config(base_kl_weight=2.0, preference_weight=1.0, **extra),
+        lambda **extra: _distill_config(base_kl_weight=2.0, **extra),
+    ],
+    ids=["sft with guard and preference", "distill with guard"],
+)
+def test_passes_of_one_sequence_give_the_update_of_one_pass_over_the_batch(
+    make_config, make_student, tokenizer
+):
+    one_pass = make_config(epochs=2, per_device_batch_size=3)
+    split = dataclasses.replace(one_pass, max_tokens_per_pass=1)
+    rows = {"one pass": [], "split": []}  # rows of each forward pass that trains
+    results = {}
+    for name, config in (("one pass", one_pass), ("split", split)):
+        model = make_student(config)
+
+        def count_rows(module, args, kwargs, name=name):
+            if torch.is_grad_enabled():
+                rows[name].append(kwargs["input_ids"].shape[0])
+
+        hook = model.register_forward_pre_hook(count_rows, with_kwargs=True)
+        examples = _examples_with_replaced_answers() if config.mode == "sft" else []
+        items = _items()[:3] if config.mode == "distill" else []
+        replay = [Example(_user(q), {"role": "assistant", "content": "yes"}) for q in QUESTIONS]
+        results[name] = (
+            train(model, tokenizer, config, examples=examples, items=items, replay=replay),
+            _lora_weights(model),
+        )
+        hook.remove()
+
+    # One record a pass when split (a preference pair runs its two replies as two rows).
+    assert max(rows["split"]) <= 2 < max(rows["one pass"])
+    (result_a, weights_a), (result_b, weights_b) = results["one pass"], results["split"]
+    assert result_a.loss_curve == pytest.approx(result_b.loss_curve, rel=1e-5)
+    _assert_same_weights(weights_a, weights_b, atol=1e-6)
 
 
 @pytest.mark.parametrize("make_config", [_sft_config, _distill_config], ids=["sft", "distill"])
