@@ -116,6 +116,8 @@ def with_facts(rows, seed: int, tally: Tally):
             "answer_count": answers,
             "answer_words": answers * (5 + int(rng.random() * 40)),
             "truncated_replies": int(row["termination"] == "truncated"),
+            # An answer straight after each failure, at most one per answer.
+            "answers_after_tool_error": min(answers, sum(errors.values())),
         }
 
 

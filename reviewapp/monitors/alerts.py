@@ -13,6 +13,7 @@ from django.urls import reverse
 from reviewapp.learning.dataset import DataPolicy, data_policy_for
 from reviewapp.monitors.monitors import GroupStats, Monitor, compute_monitor, evidence_url
 from reviewapp.projects.models import Project
+from reviewapp.traces.filters import ANSWERED_ON_FAILURE
 from reviewapp.traces.models import Termination
 
 MIN_TRACES = 20
@@ -32,7 +33,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Alert:
-    # shrinking_under_tool_errors | timeouts_rising | exclusions_rising | tool_failure_jump
+    # shrinking_under_tool_errors | answering_on_failed_tools | timeouts_rising |
+    # exclusions_rising | tool_failure_jump
     kind: str
     severity: str  # warning | critical
     version: str
@@ -149,6 +151,32 @@ class _Checker:
             ],
         )
 
+    def answering_on_failed_tools(self, old: GroupStats, new: GroupStats) -> Alert | None:
+        """More of the failed tool calls answered straight away, without the result asked for:
+        the agent gives up on a failing tool, or makes up what it would have said. Compared
+        only where both versions met failures."""
+        before, after = old.answered_at_once_rate, new.answered_at_once_rate
+        if not _rose(before, after):
+            return None
+        return self.alert(
+            old,
+            new,
+            kind="answering_on_failed_tools",
+            critical=after - before >= 2 * RISE_POINTS,
+            message=(
+                f"{new.version.label}: answers straight after {_percent(after)} of its failed "
+                f"tool calls ({new.answers_after_tool_error} of {new.tool_errors}) instead of "
+                f"trying again, up from {_percent(before)} in {old.version.label}"
+            ),
+            evidence=[
+                Evidence(
+                    f"{group.version.label}: answered straight after a failed call",
+                    self.url(group, tool_failure=ANSWERED_ON_FAILURE),
+                )
+                for group in (new, old)
+            ],
+        )
+
     def share_rising(
         self, old: GroupStats, new: GroupStats, *, kind: str, terminations: tuple[str, ...]
     ) -> Alert | None:
@@ -213,6 +241,7 @@ def alerts_from_monitor(
     for old, new in pairwise(compared):
         found = [
             checker.shrinking_under_tool_errors(old, new),
+            checker.answering_on_failed_tools(old, new),
             checker.share_rising(
                 old, new, kind="timeouts_rising", terminations=(Termination.TIMEOUT,)
             ),

@@ -128,11 +128,16 @@ class GroupStats:
     answers: int = 0  # assistant turns with text and no tool call
     answer_words: int = 0
     truncated_replies: int = 0
+    answers_after_tool_error: int = 0  # answers written straight after a failed tool result
     # Per tool, filled for the version groups (not per bucket).
     tools: dict[str, ToolStats] = field(default_factory=lambda: defaultdict(ToolStats))
 
     tool_error_rate = _ratio("tool_errors", "tool_results")
     words_per_answer = _ratio("answer_words", "answers")
+    # Of the failed tool calls, those the agent answered straight after instead of trying
+    # again: it answers without the result it asked for (honestly, or making it up). A share
+    # of the failures, so tools failing more often does not move it; the agent's habit does.
+    answered_at_once_rate = _ratio("answers_after_tool_error", "tool_errors")
     completion_tokens = _ratio("tokens_total", "tokens_reported")
     reward = _ratio("reward_total", "rewarded")
     tool_calls_per_trace = _ratio("tool_calls", "traces")
@@ -196,6 +201,7 @@ def _add_row(group: GroupStats, row: dict) -> None:
     group.answers += row["answers"] or 0
     group.answer_words += row["answer_words"] or 0
     group.truncated_replies += row["truncated_replies"] or 0
+    group.answers_after_tool_error += row["answers_after_tool_error"] or 0
 
 
 def _one_termination(row: dict) -> dict:
@@ -281,6 +287,7 @@ def _grouped(
             answers=Sum("answer_count"),
             answer_words=Sum("answer_words"),
             truncated_replies=Sum("truncated_replies"),
+            answers_after_tool_error=Sum("answers_after_tool_error"),
             **per_tool,
         )
     )
@@ -493,6 +500,7 @@ _ROLLUP_SUMS = {
     "answers": Sum("answers"),
     "answer_words": Sum("answer_words"),
     "truncated_replies": Sum("truncated_replies"),
+    "answers_after_tool_error": Sum("answers_after_tool_error"),
 }
 _FAILURE_ENDED = Q(termination__in=FAILURE_TERMINATIONS)
 

@@ -10,6 +10,10 @@ messages only and never re-reads the body.
 Answer length is counted in words over answers (assistant turns with text and no tool call):
 `answer_words / answer_count` is the words-per-answer figure the length-drift alert compares,
 and both sum over traces and over appended messages.
+
+An answer written straight after a failed tool result (`answers_after_tool_error`) is one the
+agent gave without the result it asked for: where it gives up on a flaky tool, or invents
+what the tool would have said. An environment whose tools fail teaches it to do so.
 """
 
 from collections.abc import Iterable, Mapping
@@ -29,6 +33,7 @@ class TraceFacts:
     answer_count: int = 0
     answer_words: int = 0
     truncated_replies: int = 0  # assistant replies cut at max_tokens
+    answers_after_tool_error: int = 0  # answers whose message before is a failed tool result
 
     @property
     def tool_result_count(self) -> int:
@@ -48,6 +53,7 @@ class TraceFacts:
             "answer_count": self.answer_count,
             "answer_words": self.answer_words,
             "truncated_replies": self.truncated_replies,
+            "answers_after_tool_error": self.answers_after_tool_error,
         }
 
     @classmethod
@@ -59,6 +65,7 @@ class TraceFacts:
             answer_count=trace.answer_count,
             answer_words=trace.answer_words,
             truncated_replies=trace.truncated_replies,
+            answers_after_tool_error=trace.answers_after_tool_error,
         )
 
 
@@ -91,18 +98,24 @@ def add_message_facts(
     """`facts` plus those of `new_messages`, appended after the messages `facts` describes.
 
     A tool result names its call by id; the call may sit in an earlier message, so pass the
-    earlier messages that hold the calls the new ones answer (the last assistant message is
-    usually enough). `truncated_replies`: replies among the new ones the caller knows were cut
-    at max_tokens (a recorder's finish_reason "length"); an assistant message that itself says
-    `"finish_reason": "length"` counts too.
+    earlier messages that hold the calls the new ones answer, up to the last one before them
+    (from the last assistant message on is enough; the last of them tells whether the first new
+    answer follows a failed tool result). `truncated_replies`: replies among the new ones the
+    caller knows were cut at max_tokens (a recorder's finish_reason "length"); an assistant
+    message that itself says `"finish_reason": "length"` counts too.
     """
-    names = tool_call_names(earlier_messages)
+    earlier = list(earlier_messages)
+    names = tool_call_names(earlier)
     tool_results = dict(facts.tool_results)
     tool_errors = dict(facts.tool_errors)
     answer_count, answer_words = facts.answer_count, facts.answer_words
+    after_error = facts.answers_after_tool_error
     cut_in_messages = 0
+    # Whether the message before the one read is a failed tool result.
+    follows_error = bool(earlier) and _is_tool_error(earlier[-1])
     for message in new_messages:
         if not isinstance(message, Mapping):
+            follows_error = False
             continue
         role = message.get("role")
         if role == "assistant":
@@ -112,19 +125,30 @@ def add_message_facts(
             if text and not calls:
                 answer_count += 1
                 answer_words += len(text.split())
+                after_error += follows_error
             if message.get("finish_reason") == "length":
                 cut_in_messages += 1
         elif role == "tool":
             name = names.get(str(message.get("tool_call_id", "")), UNKNOWN_TOOL)
             tool_results[name] = tool_results.get(name, 0) + 1
-            if looks_like_tool_error(content_text(message.get("content"))):
+            if _is_tool_error(message):
                 tool_errors[name] = tool_errors.get(name, 0) + 1
+        follows_error = _is_tool_error(message)
     return TraceFacts(
         tool_results=tool_results,
         tool_errors=tool_errors,
         answer_count=answer_count,
         answer_words=answer_words,
         truncated_replies=facts.truncated_replies + max(truncated_replies, cut_in_messages),
+        answers_after_tool_error=after_error,
+    )
+
+
+def _is_tool_error(message: Any) -> bool:
+    return (
+        isinstance(message, Mapping)
+        and message.get("role") == "tool"
+        and looks_like_tool_error(content_text(message.get("content")))
     )
 
 

@@ -24,8 +24,9 @@ SORTS = {
 # The "adapter" filter's value for traces the base model answered (no adapter version).
 BASE_ADAPTER = "base"
 # The "tool_failure" filter's values: whether any tool call of the trace returned an error,
-# whatever the episode's termination (an agent may go on and complete after a failed lookup).
-TOOL_FAILED, NO_TOOL_FAILED = "yes", "no"
+# whatever the episode's termination (an agent may go on and complete after a failed lookup),
+# and whether the agent answered straight after one (without the result it asked for).
+TOOL_FAILED, NO_TOOL_FAILED, ANSWERED_ON_FAILURE = "yes", "no", "answered"
 # The "outcome" filter's value for the episodes the monitors' success rate counts as failed.
 FAILED_EPISODE = "failed"
 
@@ -39,7 +40,12 @@ class TraceFilterForm(forms.Form):
         choices=Termination.choices, required=False, widget=forms.CheckboxSelectMultiple
     )
     tool_failure = forms.ChoiceField(
-        choices=[("", "any"), (TOOL_FAILED, "a tool call failed"), (NO_TOOL_FAILED, "none failed")],
+        choices=[
+            ("", "any"),
+            (TOOL_FAILED, "a tool call failed"),
+            (ANSWERED_ON_FAILURE, "answered straight after a failed call"),
+            (NO_TOOL_FAILED, "none failed"),
+        ],
         required=False,
         label="Tool calls",
     )
@@ -181,6 +187,8 @@ def filtered_traces(project: Project, filters: dict) -> QuerySet[Trace]:
         traces = traces.filter(tool_error_count__gt=0)
     elif filters.get("tool_failure") == NO_TOOL_FAILED:
         traces = traces.filter(tool_error_count=0)
+    elif filters.get("tool_failure") == ANSWERED_ON_FAILURE:
+        traces = traces.filter(answers_after_tool_error__gt=0)
     if filters.get("failed_tool"):
         traces = traces.filter(tool_error_count__gt=0, tool_errors__has_key=filters["failed_tool"])
     if filters.get("called_tool"):

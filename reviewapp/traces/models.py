@@ -73,6 +73,7 @@ class Trace(models.Model):
     answer_count = models.IntegerField(default=0)  # assistant turns with text, no tool call
     answer_words = models.IntegerField(default=0)  # words in those answers
     truncated_replies = models.IntegerField(default=0)  # replies cut at max_tokens
+    answers_after_tool_error = models.IntegerField(default=0)  # answers right after a failed tool
     # zlib-compressed JSON {"messages": [...], "tools": [...]}; see `body_json`.
     body = models.BinaryField()
     # sha256 of the canonical item as received: tells an unchanged replay from a conflict.
@@ -231,6 +232,7 @@ class TraceRollup(models.Model):
     answers = models.BigIntegerField(default=0)
     answer_words = models.BigIntegerField(default=0)
     truncated_replies = models.BigIntegerField(default=0)
+    answers_after_tool_error = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -292,6 +294,7 @@ class RolledUpTrace(models.Model):
     answer_count = models.IntegerField(default=0)
     answer_words = models.IntegerField(default=0)
     truncated_replies = models.IntegerField(default=0)
+    answers_after_tool_error = models.IntegerField(default=0)
 
     def __str__(self) -> str:
         return f"rolled-up trace {self.trace_id}"

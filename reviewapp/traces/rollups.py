@@ -53,6 +53,7 @@ SUM_COLUMNS = [
     "answers",
     "answer_words",
     "truncated_replies",
+    "answers_after_tool_error",
 ]
 ROWS_PER_STATEMENT = 100  # SQLite allows 999 parameters a statement in older builds
 Key = tuple[int, str, str, datetime, str]
@@ -90,6 +91,7 @@ def _sums(share: dict) -> list[float]:
         share["answer_count"],
         share["answer_words"],
         share["truncated_replies"],
+        share["answers_after_tool_error"],
     ]
 
 
@@ -195,6 +197,10 @@ def _models(apps=None) -> tuple:
         registry.get_model("reviewapp", name)
         for name in ("Trace", "RolledUpTrace", "TraceRollup", "ToolRollup")
     )
+
+
+def _columns(model) -> set[str]:
+    return {field.attname for field in model._meta.concrete_fields}
 
 
 def roll_up_traces(*, trace_ids: Iterable[int]) -> None:
@@ -408,23 +414,25 @@ def rebuild_rollups(*, project_ids: list[int] | None = None, apps=None) -> None:
     """Compute the rollups of these projects (all by default) again from their traces.
 
     For a database that has traces and no rollups (migration 0021), and to repair. `apps`: a
-    migration's app registry.
+    migration's app registry; its models may predate columns added since, which are left out.
     """
     Trace, RolledUpTrace, TraceRollup, ToolRollup = _models(apps)
     scope = Q(project_id__in=project_ids) if project_ids is not None else Q()
+    shared = [name for name in SHARE_FIELDS if name in _columns(RolledUpTrace)]
+    sums = {
+        name: total
+        for name, total in _rollup_sums().items()
+        if _RENAMED.get(name, name) in _columns(TraceRollup)
+    }
     with transaction.atomic():
         for model in (ToolRollup, TraceRollup, RolledUpTrace):
             model.objects.filter(scope).delete()
-        traces = Trace.objects.filter(scope).order_by().values("id", *SHARE_FIELDS)
+        traces = Trace.objects.filter(scope).order_by().values("id", *shared)
         _insert_select(RolledUpTrace, traces, {"id": "trace_id"})
         counted = RolledUpTrace.objects.filter(scope).order_by()
         hours = counted.annotate(hour=TruncHour("received_at", tzinfo=UTC))
         grouped = hours.values("project_id", "model", "adapter_version", "hour", "termination")
-        _insert_select(
-            TraceRollup,
-            grouped.annotate(**_rollup_sums()),
-            {"hour": "bucket"},
-        )
+        _insert_select(TraceRollup, grouped.annotate(**sums), {"hour": "bucket"})
         _insert_tools(ToolRollup, hours)
 
 
@@ -447,6 +455,7 @@ def _rollup_sums() -> dict[str, Any]:
         "answers": total("answer_count"),
         "answer_words_sum": total("answer_words"),
         "truncated_replies_sum": total("truncated_replies"),
+        "answers_after_tool_error_sum": total("answers_after_tool_error"),
     }
 
 
@@ -456,6 +465,7 @@ _RENAMED = {
     "tool_errors_sum": "tool_errors",
     "answer_words_sum": "answer_words",
     "truncated_replies_sum": "truncated_replies",
+    "answers_after_tool_error_sum": "answers_after_tool_error",
 }
 
 

@@ -179,6 +179,17 @@ def test_summary_columns_match_the_whole_conversation(project, enqueued):
 
 
 @pytest.mark.django_db
+def test_an_answer_straight_after_a_failed_tool_result_is_counted_as_it_is_recorded(
+    project, enqueued
+):
+    messages, _ = run_episode(project, 26)  # the last tool result, turn 24's, is an error
+    trace = Trace.objects.get()
+
+    assert messages[-2]["content"].startswith("Error:")
+    assert trace.answers_after_tool_error == facts_of(messages).answers_after_tool_error == 1
+
+
+@pytest.mark.django_db
 def test_search_text_kept_incrementally_is_the_whole_conversation_s_when_cut(
     project, enqueued, monkeypatch
 ):

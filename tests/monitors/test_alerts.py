@@ -6,6 +6,9 @@ import pytest
 
 from reviewapp.learning.dataset import DataPolicy, set_data_policy
 from reviewapp.monitors.alerts import project_alerts
+from reviewapp.traces.filters import filtered_traces
+from reviewapp.traces.ingest import ingest_traces
+from tests.factories import make_trace
 from tests.site.scenarios import SHORT_ANSWER, play
 
 
@@ -95,3 +98,70 @@ def test_a_version_with_too_few_traces_is_not_compared(project, api_key, healthy
         answer=SHORT_ANSWER, tool_failure_rate=0.5, seed=9,
     )  # fmt: skip
     assert project_alerts(project=project) == []
+
+
+def _lookup(call_id: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function",
+                        "function": {"name": "lookup", "arguments": '{"topic": "refunds"}'}}],
+    }  # fmt: skip
+
+
+def _episode(external_id: str, model: str, *, tries_again: bool) -> dict:
+    """The first lookup fails; the agent calls again and answers with the result, or answers
+    straight away."""
+    failed = [_lookup("a"), {"role": "tool", "tool_call_id": "a", "content": "Error: timed out"}]
+    retried = [_lookup("b"), {"role": "tool", "tool_call_id": "b", "content": "Within 30 days."}]
+    messages = [
+        {"role": "user", "content": "How long do refunds take?"},
+        *failed,
+        *(retried if tries_again else []),
+        {"role": "assistant", "content": "Refunds are issued within 30 days."},
+    ]
+    return make_trace(external_id, model=model, messages=messages)
+
+
+def test_an_agent_answering_failed_calls_at_once_instead_of_trying_again_raises_an_alert(
+    project,
+):
+    # The same failures in both versions (one per trace): only what the agent does next changed.
+    ingest_traces(
+        project=project,
+        raw_items=[_episode(f"a-{i}", "agent-a", tries_again=True) for i in range(20)],
+    )
+    ingest_traces(
+        project=project,
+        raw_items=[_episode(f"b-{i}", "agent-b", tries_again=i < 12) for i in range(20)],
+    )
+
+    # (Fewer calls per trace also raise the shrinking and the per-tool alerts.)
+    [alert] = [a for a in project_alerts(project=project) if a.kind == "answering_on_failed_tools"]
+
+    assert (alert.kind, alert.version, alert.previous_version) == (
+        "answering_on_failed_tools", "agent-b (base)", "agent-a (base)",
+    )  # fmt: skip
+    assert "straight after 40% of its failed tool calls (8 of 20)" in alert.message
+    assert "up from 0% in agent-a (base)" in alert.message
+    link = alert.evidence[0].url
+    assert link == "/p/acme/traces/?adapter=base&model=agent-b&tool_failure=answered"
+    # The link's filter lists exactly the traces behind the number.
+    answered = filtered_traces(project, {"tool_failure": "answered", "model": "agent-b"})
+    assert sorted(answered.values_list("external_id", flat=True)) == sorted(
+        f"b-{i}" for i in range(12, 20)
+    )
+
+
+def test_an_agent_that_never_met_a_failure_is_not_compared_on_answering_them(project):
+    ingest_traces(
+        project=project, raw_items=[make_trace(f"a-{i}", model="agent-a") for i in range(20)]
+    )
+    ingest_traces(
+        project=project,
+        raw_items=[_episode(f"b-{i}", "agent-b", tries_again=False) for i in range(20)],
+    )
+
+    kinds = {alert.kind for alert in project_alerts(project=project)}
+
+    assert "answering_on_failed_tools" not in kinds

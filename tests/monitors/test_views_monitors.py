@@ -52,7 +52,7 @@ def test_the_page_shows_each_version_with_numbers_that_link_to_their_traces(vict
         '<a href="/p/acme/traces/?adapter=base&amp;model=agent-2&amp;termination=timeout">40.0%</a>'
         in html
     )
-    assert html.count("<svg") == 7  # six metrics over time and the terminations
+    assert html.count("<svg") == 8  # seven metrics over time and the terminations
     assert "timeouts_rising" in html and "40% of traces timed out (8 of 20)" in html
 
 

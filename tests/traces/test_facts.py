@@ -39,6 +39,20 @@ def test_answers_are_text_turns_without_tool_calls_and_their_words_add_up():
     assert (facts.answer_count, facts.answer_words) == (2, 4 + 3)
 
 
+def test_an_answer_written_straight_after_a_failed_tool_result_is_counted():
+    # "It shipped on Monday." follows the failed retry; "You are welcome" follows the user.
+    assert facts_of(EPISODE).answers_after_tool_error == 1
+    retried = [
+        *EPISODE[:7],
+        {"role": "assistant", "content": "", "tool_calls": [_call("d", "lookup")]},
+        {"role": "tool", "tool_call_id": "d", "content": "Order 7: shipped Monday"},
+        {"role": "assistant", "content": "It shipped on Monday."},
+    ]
+    assert facts_of(retried).answers_after_tool_error == 0
+    # A call after the failure is no answer; the answer after that call's success is not either.
+    assert facts_of(retried).answer_count == 1
+
+
 def test_a_truncated_trace_counts_one_cut_reply_unless_its_messages_say_more():
     assert facts_of(EPISODE).truncated_replies == 0
     assert facts_of(EPISODE, truncated=True).truncated_replies == 1
@@ -91,3 +105,4 @@ def test_ingest_stores_the_facts_of_each_trace(project):
     assert (a.tool_results, a.tool_errors, a.tool_error_count) == ({"calculator": 1}, {}, 0)
     assert (b.tool_errors, b.tool_error_count, b.truncated_replies) == ({"calculator": 1}, 1, 1)
     assert (a.answer_count, a.answer_words, a.truncated_replies) == (1, 5, 0)  # "12 * 7 is 84."
+    assert (a.answers_after_tool_error, b.answers_after_tool_error) == (0, 1)

@@ -26,7 +26,7 @@ from reviewapp.projects.access import (
 )
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import POLICY_CHOICES, DataPolicy
-from reviewapp.traces.filters import FAILED_EPISODE, TOOL_FAILED
+from reviewapp.traces.filters import ANSWERED_ON_FAILURE, FAILED_EPISODE, TOOL_FAILED
 from reviewapp.traces.models import Termination
 
 ALERT_COUNT_SECONDS = 60  # the nav's alert count is recomputed at most this often per project
@@ -91,6 +91,9 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
         Cell(_percent(group.rate_of(excluded)) if excluded else "0% (keeps all)",
              url(termination=list(excluded)) if excluded else ""),
         Cell(_number(group.words_per_answer, 1), url()),
+        Cell(f"{_percent(group.answered_at_once_rate)} "
+             f"({group.answers_after_tool_error}/{group.tool_errors})",
+             url(tool_failure=ANSWERED_ON_FAILURE) if group.answers_after_tool_error else ""),
         Cell(_number(group.completion_tokens, 0), url()),
         Cell(_number(group.tool_calls_per_trace), url(sort="most_tools")),
         Cell(f"{_percent(group.success_rate)} ({group.failed} failed)",
@@ -102,7 +105,8 @@ def _version_row(project: Project, group: GroupStats, filters: dict, policy: Dat
 
 VERSION_COLUMNS = [
     "Version", "Traces", "Tool-call errors", "Ended in tool error", "Timeouts",
-    "Cut at max_tokens", "Excluded by policy", "Words per answer", "Completion tokens",
+    "Cut at max_tokens", "Excluded by policy", "Words per answer",
+    "Failed calls answered at once", "Completion tokens",
     "Tool calls / trace",
     "Success", "Reward", "With feedback",
 ]  # fmt: skip
@@ -112,6 +116,11 @@ CHARTS = [
     ("Tool-call error rate", lambda g: g.tool_error_rate, True),
     ("Timeout rate", lambda g: g.timeout_rate, True),
     ("Words per answer", lambda g: g.words_per_answer, False),
+    (
+        "Failed tool calls answered at once, without trying again",
+        lambda g: g.answered_at_once_rate,
+        True,
+    ),
     ("Tool calls per trace", lambda g: g.tool_calls_per_trace, False),
     ("Success rate (timeouts and tool errors count as failures)", lambda g: g.success_rate, True),
     ("Share of traces with feedback", lambda g: g.feedback_rate, True),
