@@ -45,7 +45,7 @@ from datetime import datetime
 
 import httpx
 import jsonschema
-from product import PROXY_HEADERS, run_to_the_end, running_product, wait_for
+from product import PROXY_HEADERS, run_to_the_end, running_product, screenshot, wait_for
 
 from reviewapp.harness.agent import EpisodeResult, report_outcome, run_episode
 from reviewapp.harness.tasks import Task, numbers_in
@@ -521,6 +521,11 @@ def main() -> None:
     parser.add_argument("--admin-url", default=os.environ.get("BENCH_ADMIN_DATABASE_URL",
                         "postgresql://postgres@127.0.0.1:5432/test"))  # fmt: skip
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
+    parser.add_argument(
+        "--screenshots",
+        metavar="FOLDER",
+        help="the monitors page after each lesson, as monitors-after-<lesson>.png",
+    )
     args = parser.parse_args()
 
     with running_product(
@@ -541,6 +546,14 @@ def main() -> None:
                 (n, lesson) for n, lesson in enumerate(LESSONS) if lesson.name == name
             )
             table += run_lesson(product, lesson, args, seed=args.seed * 1000 + number)
+            if args.screenshots:
+                os.makedirs(args.screenshots, exist_ok=True)
+                shot = os.path.join(args.screenshots, f"monitors-after-{name}.png")
+                try:
+                    screenshot(product, shot, "/p/bench/monitors/")
+                    print(f"screenshot: {shot}", flush=True)
+                except Exception as error:  # a picture is not worth the lessons after it
+                    print(f"no screenshot ({error!r})", flush=True)
         print("\n" + "\n".join(table))
 
 

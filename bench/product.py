@@ -4,6 +4,8 @@ routes to vLLM, and an API key with every scope. Everything listens on 127.0.0.1
 
 import argparse
 import os
+import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +43,7 @@ class Product:
     root: str  # http://127.0.0.1:<port>
     key: str
     adapters_dir: Path
+    env: dict  # the environment its processes run in (its database, broker, model server)
 
     @property
     def gateway(self) -> str:
@@ -86,7 +89,7 @@ def running_product(
                     WEB_START_TIMEOUT_S,
                     "the web process",
                 )
-                yield Product(api, root, key, adapters_dir)
+                yield Product(api, root, key, adapters_dir, env)
         finally:
             for process in processes:
                 stop_server(process)
@@ -110,6 +113,41 @@ def _make_project(env: dict, vllm_url: str, alias: str) -> str:
     scopes = ["--scope", "ingest", "--scope", "review", "--scope", "admin"]
     output = subprocess.run([*manage, "create_api_key", "bench", *scopes], **run).stdout
     return next(word for word in output.split() if len(word) > 30)
+
+
+def screenshot(product: Product, path: str, path_on_site: str) -> None:
+    """A full-page screenshot of one dashboard page as a project admin sees it (Debian's
+    chromium, as the browser tests use; Playwright is a dev dependency)."""
+    from playwright.sync_api import sync_playwright
+
+    password = secrets.token_urlsafe(16)
+    code = (
+        "from django.contrib.auth.models import User; "
+        "from reviewapp.projects.models import Membership, Project, Role; "
+        f"user, _ = User.objects.get_or_create(username='bench-admin'); "
+        f"user.set_password({password!r}); user.save(); "
+        "Membership.objects.get_or_create(project=Project.objects.get(slug='bench'), user=user, "
+        "defaults={'role': Role.ADMIN})"
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        env=product.env, check=True, cwd=REPO_ROOT, capture_output=True,
+    )  # fmt: skip
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--headless", "--no-sandbox"]
+        )
+        page = browser.new_page(
+            viewport={"width": 1440, "height": 900}, extra_http_headers=PROXY_HEADERS
+        )
+        page.goto(f"{product.root}/login/")
+        page.fill("input[name=username]", "bench-admin")
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit], input[type=submit]")
+        page.wait_for_load_state()
+        page.goto(f"{product.root}{path_on_site}")
+        page.screenshot(path=path, full_page=True)
+        browser.close()
 
 
 def wait_for(condition: Callable, timeout_s: float, what: str):
