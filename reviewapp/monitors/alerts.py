@@ -5,6 +5,7 @@ the order they first answered). Each alert says what moved, by how much, and lin
 that show it. A version needs `MIN_TRACES` traces before it is compared at all.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -155,53 +156,67 @@ class _Checker:
         """More of the failed tool calls answered straight away, without the result asked for:
         the agent gives up on a failing tool, or makes up what it would have said. Compared
         only where both versions met failures."""
-        before, after = old.answered_at_once_rate, new.answered_at_once_rate
-        if not _rose(before, after):
-            return None
-        return self.alert(
+        return self.rising_share(
             old,
             new,
             kind="answering_on_failed_tools",
-            critical=after - before >= 2 * RISE_POINTS,
-            message=(
-                f"{new.version.label}: answers straight after {_percent(after)} of its failed "
-                f"tool calls ({new.answers_after_tool_error} of {new.tool_errors}) instead of "
-                f"trying again, up from {_percent(before)} in {old.version.label}"
+            share_of=lambda group: group.answered_at_once_rate,
+            says=lambda group, share: (
+                f"answers straight after {_percent(share)} of its failed tool calls "
+                f"({group.answers_after_tool_error} of {group.tool_errors}) instead of trying again"
             ),
-            evidence=[
-                Evidence(
-                    f"{group.version.label}: answered straight after a failed call",
-                    self.url(group, tool_failure=ANSWERED_ON_FAILURE),
-                )
-                for group in (new, old)
-            ],
+            evidence_label="answered straight after a failed call",
+            tool_failure=ANSWERED_ON_FAILURE,
         )
 
-    def share_rising(
+    def terminations_rising(
         self, old: GroupStats, new: GroupStats, *, kind: str, terminations: tuple[str, ...]
     ) -> Alert | None:
-        before, after = old.rate_of(terminations), new.rate_of(terminations)
+        what = "timed out" if kind == "timeouts_rising" else "excluded from training by policy"
+        return self.rising_share(
+            old,
+            new,
+            kind=kind,
+            share_of=lambda group: group.rate_of(terminations),
+            says=lambda group, share: (
+                f"{_percent(share)} of traces {what} "
+                f"({sum(group.terminations.get(t, 0) for t in terminations)} of {group.traces})"
+            ),
+            evidence_label=" or ".join(terminations),
+            termination=list(terminations),
+        )
+
+    def rising_share(
+        self,
+        old: GroupStats,
+        new: GroupStats,
+        *,
+        kind: str,
+        share_of: Callable[[GroupStats], float | None],
+        says: Callable[[GroupStats, float], str],
+        evidence_label: str,
+        **evidence_filters,
+    ) -> Alert | None:
+        """An alert when a share rose from `old` to `new` (see _rose), with both versions'
+        traces behind it as evidence; `says` words the new version's share."""
+        before, after = share_of(old), share_of(new)
         if not _rose(before, after):
             return None
-        what = "timed out" if kind == "timeouts_rising" else "excluded from training by policy"
-        links = [
-            Evidence(
-                f"{group.version.label}: {' or '.join(terminations)}",
-                self.url(group, termination=list(terminations)),
-            )
-            for group in (new, old)
-        ]
         return self.alert(
             old,
             new,
             kind=kind,
             critical=after - before >= 2 * RISE_POINTS,
             message=(
-                f"{new.version.label}: {_percent(after)} of traces {what} "
-                f"({sum(new.terminations.get(t, 0) for t in terminations)} of {new.traces}), "
+                f"{new.version.label}: {says(new, after)}, "
                 f"up from {_percent(before)} in {old.version.label}"
             ),
-            evidence=links,
+            evidence=[
+                Evidence(
+                    f"{group.version.label}: {evidence_label}", self.url(group, **evidence_filters)
+                )
+                for group in (new, old)
+            ],
         )
 
     def tool_failure_jumps(self, old: GroupStats, new: GroupStats) -> list[Alert]:
@@ -242,14 +257,16 @@ def alerts_from_monitor(
         found = [
             checker.shrinking_under_tool_errors(old, new),
             checker.answering_on_failed_tools(old, new),
-            checker.share_rising(
+            checker.terminations_rising(
                 old, new, kind="timeouts_rising", terminations=(Termination.TIMEOUT,)
             ),
         ]
         excluded = policy.excluded_terminations()
         if excluded:
             found.append(
-                checker.share_rising(old, new, kind="exclusions_rising", terminations=excluded)
+                checker.terminations_rising(
+                    old, new, kind="exclusions_rising", terminations=excluded
+                )
             )
         alerts += [alert for alert in found if alert is not None]
         alerts += checker.tool_failure_jumps(old, new)
