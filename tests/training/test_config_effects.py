@@ -58,6 +58,9 @@ ELSEWHERE = {"held_out_fraction", "gate_candidates", "start_from"}
 # guard_reference: tests/training/test_job.py (the job chooses who answers the general prompts)
 # and test_trainer.py (the guard's base side under the teacher's context).
 ELSEWHERE |= {"guard_reference"}
+# max_tokens_per_pass changes how many rows a forward pass holds and, by design, nothing else:
+# test_trainer.py counts the rows and compares the update with one pass's.
+ELSEWHERE |= {"max_tokens_per_pass"}
 
 
 def _examples() -> list[Example]:
