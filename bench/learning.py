@@ -44,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from training.base_models import resolve_base_model
 from training.chat import render_prompt
 from training.checks import evaluate_checks
-from training.config import TrainingConfig
+from training.config import GuardReference, TrainingConfig
 from training.gate import GateThresholds
 from training.job import Progress, TrainingJob, run_job
 from training.sampling import generate_replies
@@ -492,10 +493,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--guard-reference",
-        choices=["lessons", "base"],
+        choices=typing.get_args(GuardReference),
         default=TrainingConfig().guard_reference,
-        help="what the guard pulls towards on general prompts: the base shown the lesson, or "
-        "the base as it is",
+        help="what the guard pulls towards on general prompts: the base shown the lesson, "
+        "the base as it is, or both (every other prompt each way)",
     )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]

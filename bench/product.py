@@ -4,7 +4,6 @@ routes to vLLM, and an API key with every scope. Everything listens on 127.0.0.1
 
 import argparse
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -117,34 +116,35 @@ def _make_project(env: dict, vllm_url: str, alias: str) -> str:
 
 def screenshot(product: Product, path: str, path_on_site: str) -> None:
     """A full-page screenshot of one dashboard page as a project admin sees it (Debian's
-    chromium, as the browser tests use; Playwright is a dev dependency)."""
+    chromium, as the browser tests use; Playwright is a dev dependency). The admin's session is
+    made on the server, as the browser tests make theirs: the production settings' CSRF check
+    refuses a login form posted over plain HTTP."""
     from playwright.sync_api import sync_playwright
 
-    password = secrets.token_urlsafe(16)
     code = (
-        "from django.contrib.auth.models import User; "
+        "from django.conf import settings; from django.contrib.auth.models import User; "
+        "from django.test import Client; "
         "from reviewapp.projects.models import Membership, Project, Role; "
-        f"user, _ = User.objects.get_or_create(username='bench-admin'); "
-        f"user.set_password({password!r}); user.save(); "
+        "user, _ = User.objects.get_or_create(username='bench-admin'); "
         "Membership.objects.get_or_create(project=Project.objects.get(slug='bench'), user=user, "
-        "defaults={'role': Role.ADMIN})"
+        "defaults={'role': Role.ADMIN}); "
+        "client = Client(); client.force_login(user); "
+        "print(settings.SESSION_COOKIE_NAME, client.cookies[settings.SESSION_COOKIE_NAME].value)"
     )
-    subprocess.run(
+    output = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],
-        env=product.env, check=True, cwd=REPO_ROOT, capture_output=True,
-    )  # fmt: skip
+        env=product.env, check=True, cwd=REPO_ROOT, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    name, value = output.split()[-2:]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=shutil.which("chromium"), args=["--headless", "--no-sandbox"]
         )
-        page = browser.new_page(
+        context = browser.new_context(
             viewport={"width": 1440, "height": 900}, extra_http_headers=PROXY_HEADERS
         )
-        page.goto(f"{product.root}/login/")
-        page.fill("input[name=username]", "bench-admin")
-        page.fill("input[name=password]", password)
-        page.click("button[type=submit], input[type=submit]")
-        page.wait_for_load_state()
+        context.add_cookies([{"name": name, "value": value, "url": product.root}])
+        page = context.new_page()
         page.goto(f"{product.root}{path_on_site}")
         page.screenshot(path=path, full_page=True)
         browser.close()

@@ -30,7 +30,7 @@ TrainingMode = Literal["sft", "distill"]
 StartFrom = Literal["base", "serving"]
 
 # What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
-GuardReference = Literal["lessons", "base"]
+GuardReference = Literal["lessons", "base", "both"]
 
 
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
@@ -95,6 +95,8 @@ class TrainingConfig:
     # student back from the lessons on every question it did not train on. On the test set
     # "lessons" reached the teacher prompt's held-out adherence but broke 3-4 of 11 facts
     # (bench/README.md, "The guard's reference"): "base" until what keeps the facts is found.
+    # "both": every other general prompt each way, the teacher's answers carrying the lessons
+    # to questions nobody reviewed and the base's holding the rest.
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss

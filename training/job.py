@@ -7,6 +7,7 @@ No Django: reviewapp/learning/retrain.py builds the job from a run, moves the ru
 `on_phase`, and records what comes back.
 """
 
+import itertools
 import json
 import shutil
 from collections.abc import Sequence
@@ -17,14 +18,15 @@ from typing import Any, Literal, Protocol
 import httpx
 from peft import PeftModel, get_peft_model_state_dict
 from safetensors.torch import load_file
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # Called through the module: tests wrap trainer.add_lora and trainer.train to act mid-phase.
 from training import trainer
 from training.adapters import AdapterInfo, write_adapter
 from training.base_models import resolve_base_model
 from training.candidates import choose_candidate
-from training.config import TrainingConfig
-from training.eval_sets import general_regression_items
+from training.config import GuardReference, TrainingConfig
+from training.eval_sets import REPLAY_PROMPTS, general_regression_items
 from training.evaluation import SERVING_ADAPTER, evaluate_adapter
 from training.gate import GateThresholds
 from training.replay import base_replay_examples, base_tool_replay_examples, lesson_replay_examples
@@ -62,7 +64,8 @@ class TrainingJob:
     # replay prompts, `config.replay_examples` in all.
     replay: Sequence[trainer.Example] = ()
     # The lessons the run teaches, as the teacher is shown them: with config.guard_reference
-    # "lessons", the teacher shown them answers the general replay prompts, not the base.
+    # "lessons" (or "both": half of them), the teacher shown them answers the general replay
+    # prompts, not the base.
     lessons: Sequence[LessonHint] = ()
     # training.evaluation's feedback items (trained and `held_out`); the evaluation adds the
     # general regression facts to `regression_items`.
@@ -129,18 +132,38 @@ class _Stopped(Exception):
     """should_stop() said so between two candidates' evaluations."""
 
 
+def _general_replay(
+    base: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    lessons: list[LessonHint],
+    reference: GuardReference,
+    cache_dir: Path,
+) -> list[trainer.Example]:
+    """The general prompts the guard replays, answered as `reference` says (the base alone
+    where there are no lessons)."""
+    if not lessons:
+        return base_replay_examples(base, tokenizer, cache_dir=cache_dir)
+    if reference == "lessons":
+        return lesson_replay_examples(base, tokenizer, lessons, cache_dir=cache_dir)
+    # "both": alternating, so that any first replay_examples of them hold both kinds.
+    by_base = base_replay_examples(
+        base, tokenizer, prompts=REPLAY_PROMPTS[0::2], cache_dir=cache_dir
+    )
+    by_teacher = lesson_replay_examples(
+        base, tokenizer, lessons, prompts=REPLAY_PROMPTS[1::2], cache_dir=cache_dir
+    )
+    pairs = itertools.zip_longest(by_base, by_teacher)
+    return [example for pair in pairs for example in pair if example is not None]
+
+
 def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
     """Train, evaluate and write one adapter as `job` says, reporting through `callbacks`."""
     config = job.config
     model_dir = resolve_base_model(job.base_model, job.model_cache_dir)
     base, tokenizer = trainer.load_base_model(model_dir, config)
     cache_dir = job.model_cache_dir / "replay"
-    lessons = list(job.lessons) if config.guard_reference == "lessons" else []
-    general = (
-        lesson_replay_examples(base, tokenizer, lessons, cache_dir=cache_dir)
-        if lessons
-        else base_replay_examples(base, tokenizer, cache_dir=cache_dir)
-    )
+    lessons = list(job.lessons) if config.guard_reference != "base" else []
+    general = _general_replay(base, tokenizer, lessons, config.guard_reference, cache_dir)
     # A run on turns that offer tools also holds the turn after a tool result, which its
     # targets (a call, an answer after a failure) never show: trained on calculator calls
     # alone, an adapter looped on <tool_response> tags after the result in 4 of 8 episodes.

@@ -231,6 +231,28 @@ def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_genera
     assert base.metrics["train"]["replay_lessons"] == []
 
 
+def test_with_both_as_the_guards_reference_the_base_and_the_teacher_take_turns(
+    make_job, tmp_path, monkeypatch
+):
+    replayed = []
+    train = trainer.train
+    monkeypatch.setattr(
+        trainer,
+        "train",
+        lambda *args, replay, **kwargs: (
+            replayed.extend(replay) or train(*args, replay=replay, **kwargs)
+        ),
+    )
+    both = dataclasses.replace(CONFIG, guard_reference="both", replay_examples=6)
+
+    outcome = run_job(make_job(config=both, lessons=[LessonHint("say hello")]), Recorder())
+
+    assert outcome.metrics["train"]["replay_lessons"] == ["say hello"]
+    # Every other general example is the teacher's (it carries the context the teacher saw).
+    shown = [example.teacher_context is not None for example in replayed]
+    assert shown == [False, True] * 3
+
+
 def test_the_jobs_regression_items_are_evaluated_besides_the_general_facts(make_job):
     good_trace = {
         "source": "trace",
