@@ -273,7 +273,8 @@ def train(
                 loss = _base_kl(model, part, pad_token_id, config.top_k)
                 share = _reply_tokens(part) / guard_tokens
                 step_loss += _backward(config.base_kl_weight * loss * share)
-            # Chosen and rejected replies, under the adapter and the base: four rows a pair.
+            # Chosen and rejected replies run side by side: two rows a pair (the base's pass
+            # for the reference holds no activations).
             for part in _passes(_pairs(batch) if use_preference else [], budget, rows_per_seq=2):
                 loss = _preference_loss(model, part, pad_token_id, config.preference_beta)
                 step_loss += _backward(config.preference_weight * loss * len(part) / step_pairs)
