@@ -118,6 +118,7 @@ def add_message_facts(
             follows_error = False
             continue
         role = message.get("role")
+        failed = _is_tool_error(message)
         if role == "assistant":
             calls = message.get("tool_calls") or ()
             names.update(tool_call_names([message]))
@@ -131,9 +132,9 @@ def add_message_facts(
         elif role == "tool":
             name = names.get(str(message.get("tool_call_id", "")), UNKNOWN_TOOL)
             tool_results[name] = tool_results.get(name, 0) + 1
-            if _is_tool_error(message):
+            if failed:
                 tool_errors[name] = tool_errors.get(name, 0) + 1
-        follows_error = _is_tool_error(message)
+        follows_error = failed
     return TraceFacts(
         tool_results=tool_results,
         tool_errors=tool_errors,
