@@ -70,9 +70,9 @@ class TrainingConfig:
     # The most tokens (rows x longest row, padding included) one forward-and-backward pass
     # holds: a micro-batch over it is split into passes whose gradients add up to the same
     # step, so this bounds memory and changes nothing else. Activations cost ~2.5 MB a token
-    # in fp32 on the bundled model: agent episodes of ~600 tokens, 4 and the guard's 4 in one
-    # pass, held 11.7 GB (bench/README.md, "Training memory on agent episodes"). None: 1024 on
-    # a CPU (as fast as one pass there, 3 GB), 8192 on CUDA (bigger passes keep a GPU busy).
+    # in fp32 on the bundled model: agent turns of ~580 tokens, 4 and the guard's 4 in one
+    # pass, peaked at 8.5 GB, at 1024 tokens a pass 3.0 GB (bench/train_memory.py). None: 1024
+    # on a CPU (about as fast as one pass there), 8192 on CUDA (bigger passes keep a GPU busy).
     max_tokens_per_pass: int | None = Field(None, ge=1, le=1_000_000)
     # Seeds LoRA init, data order and the student's samples, so a run can be repeated.
     seed: int = Field(0, ge=0, lt=2**32)
@@ -96,7 +96,8 @@ class TrainingConfig:
     # "lessons" reached the teacher prompt's held-out adherence but broke 3-4 of 11 facts
     # (bench/README.md, "The guard's reference"): "base" until what keeps the facts is found.
     # "both": every other general prompt each way, the teacher's answers carrying the lessons
-    # to questions nobody reviewed and the base's holding the rest.
+    # to questions nobody reviewed and the base's holding the rest; on the development set it
+    # kept the facts on one kind of two (bench/README.md, "Both references, alternating").
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss

@@ -11,7 +11,8 @@ With lessons (config.guard_reference "lessons"), the general prompts are answere
 teacher instead: the base shown every lesson of the run, as it is shown them when it proposes
 targets. The guard then pulls the student, on questions nobody reviewed, towards what the
 prompted model does there. Pulled towards the base itself, the student unlearns the lessons on
-every question it did not train on (bench/README.md, "The guard's reference").
+every question it did not train on (bench/README.md, "The guard's reference"). With "both"
+(training/job.py) the base answers every other prompt and the teacher the rest.
 """
 
 import hashlib

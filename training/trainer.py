@@ -423,15 +423,15 @@ def _passes(batch: list[_Tokens], max_tokens: int, rows_per_seq: int = 1) -> lis
     """The micro-batch in consecutive parts of at most `max_tokens` (rows x longest row, the
     padded size a pass runs), one record at least; [] for an empty batch."""
     parts: list[list[_Tokens]] = []
-    longest = 0
+    longest = 0  # the longest row of the last part
     for seq in batch:
-        longest_with = max(longest, _longest(seq, rows_per_seq > 1))
-        if parts and (len(parts[-1]) + 1) * rows_per_seq * longest_with <= max_tokens:
+        length = _longest(seq, with_rejected=rows_per_seq > 1)
+        if parts and (len(parts[-1]) + 1) * rows_per_seq * max(longest, length) <= max_tokens:
             parts[-1].append(seq)
-            longest = longest_with
+            longest = max(longest, length)
         else:
             parts.append([seq])
-            longest = _longest(seq, rows_per_seq > 1)
+            longest = length
     return parts
 
 

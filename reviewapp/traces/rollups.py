@@ -418,11 +418,12 @@ def rebuild_rollups(*, project_ids: list[int] | None = None, apps=None) -> None:
     """
     Trace, RolledUpTrace, TraceRollup, ToolRollup = _models(apps)
     scope = Q(project_id__in=project_ids) if project_ids is not None else Q()
-    shared = [name for name in SHARE_FIELDS if name in _columns(RolledUpTrace)]
+    rolled_up_columns, rollup_columns = _columns(RolledUpTrace), _columns(TraceRollup)
+    shared = [name for name in SHARE_FIELDS if name in rolled_up_columns]
     sums = {
         name: total
         for name, total in _rollup_sums().items()
-        if _RENAMED.get(name, name) in _columns(TraceRollup)
+        if _RENAMED.get(name, name) in rollup_columns
     }
     with transaction.atomic():
         for model in (ToolRollup, TraceRollup, RolledUpTrace):
