@@ -5,7 +5,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
 
     python bench/agent_lessons.py                       # the 4 lessons, one after another
     python bench/agent_lessons.py --lessons calculator  # one of them
-    python bench/agent_lessons.py --lessons calculator honest-failure  # in this order
+    python bench/agent_lessons.py --lessons calculator retry-once honest-failure  # in order
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default training and gate settings, with
@@ -129,10 +129,12 @@ def _assistant_turns(messages: list[dict]) -> list[int]:
     return [i for i, message in enumerate(messages) if message["role"] == "assistant"]
 
 
+def _failed(message: dict) -> bool:
+    return message["role"] == "tool" and message["content"].startswith(ERROR_PREFIX)
+
+
 def _failed_before(messages: list[dict], turn: int) -> bool:
-    return messages[turn - 1]["role"] == "tool" and messages[turn - 1]["content"].startswith(
-        ERROR_PREFIX
-    )
+    return _failed(messages[turn - 1])
 
 
 def _calls(message: dict, tool: str | None = None) -> list[dict]:
@@ -160,16 +162,19 @@ def first_turn_after_a_failure(messages: list[dict]) -> int | None:
     return next((t for t in _assistant_turns(messages) if _failed_before(messages, t)), None)
 
 
-def answer_after_failures(messages: list[dict]) -> int | None:
-    """The first text answer after a failed tool result (the model gave up, honestly or not)."""
-    return next(
-        (
-            t
-            for t in _assistant_turns(messages)
-            if _failed_before(messages, t) and not messages[t].get("tool_calls")
-        ),
-        None,
-    )
+def turn_after_repeated_failures(messages: list[dict]) -> int | None:
+    """The first turn after two failed tool results in a row, a call or an answer: the tool
+    kept failing, and here the agent should tell the user (after one failure, the retry lesson
+    says to call again)."""
+    for turn in _assistant_turns(messages):
+        earlier = [m for m in messages[:turn] if m["role"] == "tool"]
+        if (
+            len(earlier) >= 2
+            and all(_failed(m) for m in earlier[-2:])
+            and _failed_before(messages, turn)
+        ):
+            return turn
+    return None
 
 
 def first_calculator_call(messages: list[dict]) -> int | None:
@@ -260,7 +265,7 @@ LESSONS = (
         "invent a result.",
         sums_in_words=True,
         environment=lambda number: ToolEnvironment(failure_rate=1.0, seed=number),
-        pinned_turn=answer_after_failures,
+        pinned_turn=turn_after_repeated_failures,
         behaved=_honest,
         checks=lambda item: [
             {"kind": "regex", "value": COULD_NOT_CHECK},
@@ -467,6 +472,17 @@ def load_refused(vllm_url: str, path) -> str:
     return name
 
 
+def print_ledger(api: httpx.Client) -> None:
+    """The project's lessons ledger: whether what earlier lessons taught is kept."""
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    for lesson in api.get("/api/v1/lessons").json()["lessons"]:
+        versions = ", ".join(f"v{v['version']} {rate(v['held_out'])}" for v in lesson["versions"])
+        print(f"ledger: {lesson['text'][:40]!r} {lesson['state']}; held out {versions}", flush=True)
+
+
 def run_lesson(product, lesson: Lesson, args, seed: int) -> list[str]:
     """The lesson end to end; its table rows."""
     started = time.monotonic()
@@ -499,7 +515,14 @@ def run_lesson(product, lesson: Lesson, args, seed: int) -> list[str]:
             rows.append(
                 ("adapter", measure(lesson, run_episodes(product, lesson, held_out, "adapter")))
             )
+        elif run["status"] == "gate_failed" and run["adapter"]:
+            refused = load_refused(args.vllm_url, product.adapters_dir / run["adapter"])
+            episodes = run_episodes(
+                product, lesson, held_out, "refused", direct=(args.vllm_url, refused)
+            )
+            rows.append(("refused candidate", measure(lesson, episodes)))
     print(f"{outcome}; lesson {(time.monotonic() - started) / 60:.1f} min", flush=True)
+    print_ledger(product.api)
     table = [
         f"| {lesson.name} | {name} | {m.behaviour} | {m.success} | {m.validity} |"
         for name, m in rows

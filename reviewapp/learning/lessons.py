@@ -28,7 +28,7 @@ from reviewapp.learning.models import (
     RunStatus,
 )
 from reviewapp.projects.models import Project
-from training.checks import check_reply
+from training.checks import check_reply, tool_result_failed
 from training.eval_sets import feedback_kind
 
 # The issue's bar for keeping a lesson: at least 90% of the adherence it had when first learned.
@@ -151,10 +151,10 @@ def _state(lesson: Lesson, adherence: float | None) -> LessonState:
 
 def contradicting_lessons(targets: Sequence[DistillationTarget]) -> list[dict]:
     """Pairs of lessons where an approved target of one, passing its own feedback's checks,
-    fails the other lesson's checks on the same kind of item (both replies, or both tool
-    calls), both ways: training on both would average them (the earlier lesson's targets are
-    superseded, see superseded_targets, and the team should know). Each pair names up to
-    MAX_CONFLICT_ITEMS targets and counts them all. Plain dicts, ready to freeze in a run's plan."""
+    fails the other lesson's checks on the same kind of item (see _situations), both ways:
+    training on both would average them (the earlier lesson's targets are superseded, see
+    superseded_targets, and the team should know). Each pair names up to MAX_CONFLICT_ITEMS
+    targets and counts them all. Plain dicts, ready to freeze in a run's plan."""
     conflicts = []
     for first, second, one_way, other_way in _lesson_pairs(_lessons_of(targets)):
         items = [*one_way, *other_way]
@@ -223,23 +223,23 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
 
 def _lesson_pairs(lessons: dict[str, dict]) -> Iterator[tuple[dict, dict, list, list]]:
     """Each pair of lessons with the targets of each that fail the other's checks."""
-    shapes = {
-        key: {_shape(target.target) for target in lesson["targets"]}
+    situations = {
+        key: set().union(*(_situations(target) for target in lesson["targets"]))
         for key, lesson in lessons.items()
     }
     keys = list(lessons)
     for index, first in enumerate(keys):
         for second in keys[index + 1 :]:
-            one_way = _failing_the_other(lessons[first], lessons[second], shapes[second])
-            other_way = _failing_the_other(lessons[second], lessons[first], shapes[first])
+            one_way = _failing_the_other(lessons[first], lessons[second], situations[second])
+            other_way = _failing_the_other(lessons[second], lessons[first], situations[first])
             yield lessons[first], lessons[second], one_way, other_way
 
 
-def _failing_the_other(lesson: dict, other: dict, other_shapes: set[str]) -> list[dict]:
+def _failing_the_other(lesson: dict, other: dict, other_situations: set[str]) -> list[dict]:
     items = []
     for target in lesson["passing"]:  # a target failing its own checks is no evidence
-        if _shape(target.target) not in other_shapes:
-            continue  # a reply judged by checks on tool calls, or the reverse: not comparable
+        if not _situations(target) & other_situations:
+            continue  # a turn of a kind the other lesson's checks were never given for
         failed = [
             f"{r.kind} {r.value}"
             for r in check_reply(
@@ -260,5 +260,32 @@ def _failing_the_other(lesson: dict, other: dict, other_shapes: set[str]) -> lis
     return items
 
 
-def _shape(message: dict) -> str:
-    return "tool call" if (message or {}).get("tool_calls") else "reply"
+def _situations(target: DistillationTarget) -> set[str]:
+    """The kinds of item a target is, for judging it by another lesson's checks: its shape (a
+    reply or a tool call) and, straight after failed tool results, how many failed in a row.
+
+    After a user's message, whether to call a tool depends on what was asked, so a reply and a
+    call there answer different questions ("call the calculator" and "answer in one word" agree).
+    After a failed tool result what to do next (call again, or tell the user) is one question
+    whatever was asked, so a reply and a call there disagree: "after a failure, call again" and
+    "after a failure, say you could not check" contradict; "after two failures" is another place.
+    """
+    situations = {"tool call" if (target.target or {}).get("tool_calls") else "reply"}
+    failures = _failures_in_a_row(target.student_context or [])
+    if failures:
+        situations.add(f"after {failures} failed tool results in a row")
+    return situations
+
+
+def _failures_in_a_row(context: Sequence[dict]) -> int:
+    """The failed tool results right before a turn, back to the user's message, a successful
+    result or an answer; 0 unless the turn comes straight after a failed result."""
+    failures = 0
+    for message in reversed(context):
+        if message.get("role") == "tool" and tool_result_failed(message):
+            failures += 1
+        elif not (message.get("role") == "assistant" and message.get("tool_calls")):
+            break  # the calls between failed results are part of the run of failures
+        elif not failures:
+            break  # a call with no result yet: not after a failure
+    return failures

@@ -321,6 +321,73 @@ def test_a_tool_call_and_a_reply_are_not_the_same_kind_of_item(project):
     assert contradicting_lessons([steps, tool_call]) == []
 
 
+CALL = {
+    "type": "function",
+    "function": {"name": "calculator", "arguments": '{"expression": "12*7"}'},
+}
+
+
+def _after_failures(project, external_id: str, failures: int, text: str, checks, target):
+    """An approved target for the turn after `failures` failed calculator calls in a row."""
+    messages = [{"role": "user", "content": "What is 12 * 7?"}]
+    for number in range(failures):
+        call = {**CALL, "id": f"c{number}"}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "Error: unavailable"},
+        ]
+    messages.append({"role": "assistant", "content": "84."})
+    ingest_traces(project=project, raw_items=[make_trace(external_id, messages=messages)])
+    trace = project.traces.get(external_id=external_id)
+    turn = len(messages) - 1
+    feedback, _ = record_feedback(trace=trace, text=text, turn=turn, checks=checks)
+    return DistillationTarget.objects.create(
+        feedback=feedback,
+        turn=turn,
+        source="correction",
+        student_context=messages[:turn],
+        target=target,
+        state=TargetState.APPROVED,
+    )
+
+
+RETRY = (
+    "When a tool call fails, call it again once.",
+    [{"kind": "calls_tool", "value": "calculator"}],
+)
+HONEST = (
+    "When the tool keeps failing, say you could not check.",
+    [{"kind": "regex", "value": "could not"}],
+)
+CALL_AGAIN = {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": "c9"}]}
+COULD_NOT = {"role": "assistant", "content": "Sorry, I could not check that."}
+
+
+def test_after_a_failed_call_a_reply_and_a_call_are_the_same_kind_of_item(project):
+    """After a failure, "call again" and "say you could not check" answer one question: what to
+    do next. Given for the same place, they contradict, and the later word is trained."""
+    honest = _after_failures(project, "t-1", 1, *HONEST, COULD_NOT)
+    retry = _after_failures(project, "t-2", 1, *RETRY, CALL_AGAIN)
+
+    [conflict] = contradicting_lessons([honest, retry])
+
+    assert (conflict["lesson"], conflict["other"], conflict["count"]) == (HONEST[0], RETRY[0], 2)
+    assert [item["fails"] for item in conflict["items"]] == [
+        "calls_tool calculator",
+        "regex could not",
+    ]
+    assert superseded_targets([honest, retry]) == {honest.pk}
+
+
+def test_after_one_failure_and_after_two_are_different_places(project):
+    """Retry once, then give up honestly: the two lessons agree."""
+    retry = _after_failures(project, "t-1", 1, *RETRY, CALL_AGAIN)
+    honest = _after_failures(project, "t-2", 2, *HONEST, COULD_NOT)
+
+    assert contradicting_lessons([retry, honest]) == []
+    assert superseded_targets([retry, honest]) == set()
+
+
 def test_the_run_plan_freezes_the_conflicts_and_the_retrain_page_shows_them(
     alice, project, contradicting
 ):
