@@ -571,7 +571,7 @@ def main() -> None:
                 os.makedirs(args.screenshots, exist_ok=True)
                 shot = os.path.join(args.screenshots, f"monitors-after-{name}.png")
                 try:
-                    screenshot(product, shot, "/p/bench/monitors/")
+                    screenshot(product, shot, "monitors")
                     print(f"screenshot: {shot}", flush=True)
                 except Exception as error:  # a picture is not worth the lessons after it
                     print(f"no screenshot ({error!r})", flush=True)

@@ -43,6 +43,9 @@ class Product:
     key: str
     adapters_dir: Path
     env: dict  # the environment its processes run in (its database, broker, model server)
+    # The project's slug, from the scratch database's name: the adapters of two benches sharing
+    # one vLLM are named after their projects (<slug>-v1), so they must not collide.
+    slug: str
 
     @property
     def gateway(self) -> str:
@@ -74,7 +77,8 @@ def running_product(
                  "-Q", "default,gpu"],
                 env=env, check=True, cwd=REPO_ROOT, capture_output=True,
             )  # fmt: skip
-            key = _make_project(env, vllm_url, alias)
+            slug = database.removeprefix("apprentice_").replace("_", "-")
+            key = _make_project(env, vllm_url, alias, slug)
             port = free_port()
             processes.append(subprocess.Popen(server_command(port, 1), env=env, cwd=REPO_ROOT))
             worker = [sys.executable, "-m", "celery", "-A", "reviewapp", "worker", "-Q",
@@ -88,33 +92,33 @@ def running_product(
                     WEB_START_TIMEOUT_S,
                     "the web process",
                 )
-                yield Product(api, root, key, adapters_dir, env)
+                yield Product(api, root, key, adapters_dir, env, slug)
         finally:
             for process in processes:
                 stop_server(process)
 
 
-def _make_project(env: dict, vllm_url: str, alias: str) -> str:
+def _make_project(env: dict, vllm_url: str, alias: str, slug: str) -> str:
     """The project, through the same commands an operator uses; returns the API key."""
     run = {"env": env, "check": True, "cwd": REPO_ROOT, "capture_output": True, "text": True}
     manage = [sys.executable, "manage.py"]
     subprocess.run(
-        [*manage, "create_project", "bench", "--upstream", vllm_url, "--model", alias], **run
+        [*manage, "create_project", slug, "--upstream", vllm_url, "--model", alias], **run
     )
     # Default training settings, as the full-loop test and a new project have.
     settings_code = (
-        "from reviewapp.projects.models import Project; p = Project.objects.get(slug='bench'); "
+        f"from reviewapp.projects.models import Project; p = Project.objects.get(slug={slug!r}); "
         f"p.upstream_model = {MODEL!r}; p.save()"
     )
     subprocess.run([*manage, "shell", "-c", settings_code], **run)
     # One key for the harness's calls, the reviewers' feedback and corrections and the Retrain
     # click, which only review and admin keys may make.
     scopes = ["--scope", "ingest", "--scope", "review", "--scope", "admin"]
-    output = subprocess.run([*manage, "create_api_key", "bench", *scopes], **run).stdout
+    output = subprocess.run([*manage, "create_api_key", slug, *scopes], **run).stdout
     return next(word for word in output.split() if len(word) > 30)
 
 
-def screenshot(product: Product, path: str, path_on_site: str) -> None:
+def screenshot(product: Product, path: str, page_of_project: str) -> None:
     """A full-page screenshot of one dashboard page as a project admin sees it (Debian's
     chromium, as the browser tests use; Playwright is a dev dependency). The admin's session is
     made on the server, as the browser tests make theirs: the production settings' CSRF check
@@ -126,7 +130,8 @@ def screenshot(product: Product, path: str, path_on_site: str) -> None:
         "from django.test import Client; "
         "from reviewapp.projects.models import Membership, Project, Role; "
         "user, _ = User.objects.get_or_create(username='bench-admin'); "
-        "Membership.objects.get_or_create(project=Project.objects.get(slug='bench'), user=user, "
+        f"Membership.objects.get_or_create(project=Project.objects.get(slug={product.slug!r}), "
+        "user=user, "
         "defaults={'role': Role.ADMIN}); "
         "client = Client(); client.force_login(user); "
         "print(settings.SESSION_COOKIE_NAME, client.cookies[settings.SESSION_COOKIE_NAME].value)"
@@ -145,7 +150,7 @@ def screenshot(product: Product, path: str, path_on_site: str) -> None:
         )
         context.add_cookies([{"name": name, "value": value, "url": product.root}])
         page = context.new_page()
-        page.goto(f"{product.root}{path_on_site}")
+        page.goto(f"{product.root}/p/{product.slug}/{page_of_project}/")
         page.screenshot(path=path, full_page=True)
         browser.close()
 
