@@ -151,7 +151,7 @@ def _state(lesson: Lesson, adherence: float | None) -> LessonState:
 
 def contradicting_lessons(targets: Sequence[DistillationTarget]) -> list[dict]:
     """Pairs of lessons where an approved target of one, passing its own feedback's checks,
-    fails the other lesson's checks on the same kind of item (see _situations), both ways:
+    fails the other lesson's checks in a place both were given for (see _place), both ways:
     training on both would average them (the earlier lesson's targets are superseded, see
     superseded_targets, and the team should know). Each pair names up to MAX_CONFLICT_ITEMS
     targets and counts them all. Plain dicts, ready to freeze in a run's plan."""
@@ -223,23 +223,22 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
 
 def _lesson_pairs(lessons: dict[str, dict]) -> Iterator[tuple[dict, dict, list, list]]:
     """Each pair of lessons with the targets of each that fail the other's checks."""
-    situations = {
-        key: set().union(*(_situations(target) for target in lesson["targets"]))
-        for key, lesson in lessons.items()
+    places = {
+        key: {_place(target) for target in lesson["targets"]} for key, lesson in lessons.items()
     }
     keys = list(lessons)
     for index, first in enumerate(keys):
         for second in keys[index + 1 :]:
-            one_way = _failing_the_other(lessons[first], lessons[second], situations[second])
-            other_way = _failing_the_other(lessons[second], lessons[first], situations[first])
+            one_way = _failing_the_other(lessons[first], lessons[second], places[second])
+            other_way = _failing_the_other(lessons[second], lessons[first], places[first])
             yield lessons[first], lessons[second], one_way, other_way
 
 
-def _failing_the_other(lesson: dict, other: dict, other_situations: set[str]) -> list[dict]:
+def _failing_the_other(lesson: dict, other: dict, other_places: set[str]) -> list[dict]:
     items = []
     for target in lesson["passing"]:  # a target failing its own checks is no evidence
-        if not _situations(target) & other_situations:
-            continue  # a turn of a kind the other lesson's checks were never given for
+        if _place(target) not in other_places:
+            continue  # the other lesson's checks were never given for a turn in this place
         failed = [
             f"{r.kind} {r.value}"
             for r in check_reply(
@@ -260,32 +259,31 @@ def _failing_the_other(lesson: dict, other: dict, other_situations: set[str]) ->
     return items
 
 
-def _situations(target: DistillationTarget) -> set[str]:
-    """The kinds of item a target is, for judging it by another lesson's checks: its shape (a
-    reply or a tool call) and, straight after failed tool results, how many failed in a row.
+def _place(target: DistillationTarget) -> str:
+    """Where a target's turn is, for judging it by another lesson's checks: a lesson's checks
+    are evidence only about the places it was given for.
 
-    After a user's message, whether to call a tool depends on what was asked, so a reply and a
-    call there answer different questions ("call the calculator" and "answer in one word" agree).
-    After a failed tool result what to do next (call again, or tell the user) is one question
-    whatever was asked, so a reply and a call there disagree: "after a failure, call again" and
-    "after a failure, say you could not check" contradict; "after two failures" is another place.
+    After a tool result the place is what the result was (a success, or how many failed in a
+    row), whatever the turn is: what to do next is one question whatever was asked, so "after a
+    failure, call again" and "after a failure, say you could not check" contradict, and "after
+    two failures, say so" is another place. After the user's message, a reply and a tool call
+    are different places: whether to call depends on what was asked, so "use the calculator for
+    arithmetic" and "answer in one word" agree.
     """
-    situations = {"tool call" if (target.target or {}).get("tool_calls") else "reply"}
-    failures = _failures_in_a_row(target.student_context or [])
-    if failures:
-        situations.add(f"after {failures} failed tool results in a row")
-    return situations
+    context = target.student_context or []
+    if context and context[-1].get("role") == "tool":
+        failures = _failures_in_a_row(context)
+        return f"after {failures} failed tool results in a row" if failures else "after a result"
+    return "a tool call" if (target.target or {}).get("tool_calls") else "a reply"
 
 
 def _failures_in_a_row(context: Sequence[dict]) -> int:
-    """The failed tool results right before a turn, back to the user's message, a successful
-    result or an answer; 0 unless the turn comes straight after a failed result."""
+    """The failed tool results at the end of a context, counted back over the calls between
+    them to a successful result, the user's message or an answer."""
     failures = 0
     for message in reversed(context):
         if message.get("role") == "tool" and tool_result_failed(message):
             failures += 1
         elif not (message.get("role") == "assistant" and message.get("tool_calls")):
-            break  # the calls between failed results are part of the run of failures
-        elif not failures:
-            break  # a call with no result yet: not after a failure
+            break
     return failures

@@ -256,6 +256,13 @@ def _approved(project, external_id: str, text: str, checks: list, reply: str):
     )
 
 
+CALL = {
+    "type": "function",
+    "function": {"name": "calculator", "arguments": '{"expression": "12*7"}'},
+}
+CALCULATOR = ("Call the calculator.", [{"kind": "calls_tool", "value": "calculator"}])
+
+
 ONE_WORD = ("Answer in one word.", [{"kind": "max_words", "value": 1}])
 STEPS = ("Explain your reasoning step by step.", [{"kind": "regex", "value": "(?i)step 1"}])
 
@@ -294,37 +301,29 @@ def test_a_target_failing_its_own_checks_is_no_evidence_of_a_conflict(project):
     assert contradicting_lessons([one_word, steps]) == []
 
 
-def test_a_tool_call_and_a_reply_are_not_the_same_kind_of_item(project):
-    """The call fails the steps regex and the steps reply calls no tool, but neither lesson's
-    checks are about the other's kind of turn."""
+def test_after_the_users_message_a_tool_call_and_a_reply_are_different_places(project):
+    """The call fails the steps regex and the steps reply calls no tool, but whether to call
+    depends on what was asked: neither lesson's checks were given for the other's place."""
     steps = _approved(project, "t-1", *STEPS, "Step 1: 6 times 14. Step 2: that is 84.")
-    tool_call = _approved(
-        project,
-        "t-2",
-        "Call the calculator.",
-        [{"kind": "calls_tool", "value": "calculator"}],
-        "84.",
-    )
-    tool_call.target = {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {
-                "id": "c",
-                "type": "function",
-                "function": {"name": "calculator", "arguments": '{"expression": "6*14"}'},
-            }
-        ],
-    }
-    tool_call.save()
+    tool_call = _approved(project, "t-2", *CALCULATOR, "84.")
+    tool_call.target = {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": "c"}]}
+    for target in (steps, tool_call):
+        target.student_context = target.student_context[:2]  # the system prompt, the question
+        target.save()
 
     assert contradicting_lessons([steps, tool_call]) == []
 
 
-CALL = {
-    "type": "function",
-    "function": {"name": "calculator", "arguments": '{"expression": "12*7"}'},
-}
+def test_after_a_tool_result_a_tool_call_and_a_reply_are_one_place(project):
+    """Once the calculator answered, "call it" and "explain step by step" say what to do next."""
+    steps = _approved(project, "t-1", *STEPS, "Step 1: 6 times 14. Step 2: that is 84.")
+    tool_call = _approved(project, "t-2", *CALCULATOR, "84.")
+    tool_call.target = {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": "c"}]}
+    tool_call.save()
+
+    [conflict] = contradicting_lessons([steps, tool_call])
+
+    assert conflict["count"] == 2
 
 
 def _after_failures(project, external_id: str, failures: int, text: str, checks, target):
@@ -363,7 +362,7 @@ CALL_AGAIN = {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id"
 COULD_NOT = {"role": "assistant", "content": "Sorry, I could not check that."}
 
 
-def test_after_a_failed_call_a_reply_and_a_call_are_the_same_kind_of_item(project):
+def test_after_a_failed_call_a_reply_and_a_call_are_one_place(project):
     """After a failure, "call again" and "say you could not check" answer one question: what to
     do next. Given for the same place, they contradict, and the later word is trained."""
     honest = _after_failures(project, "t-1", 1, *HONEST, COULD_NOT)
