@@ -3,9 +3,9 @@
 Run from the repository root, in the project's virtualenv, with PostgreSQL and Redis reachable
 and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vllm-url):
 
-    python bench/agent_lessons.py                       # the 4 lessons, one after another
+    python bench/agent_lessons.py                       # the 5 lessons, in the order they apply
     python bench/agent_lessons.py --lessons calculator  # one of them
-    python bench/agent_lessons.py --lessons calculator retry-once honest-failure  # in order
+    python bench/agent_lessons.py --lessons calculator retry-once honest-failure  # in this order
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default training and gate settings, with
@@ -80,7 +80,7 @@ class Sum:
 
 def _has_number(expected: float) -> Callable[[str, datetime], bool]:
     def check(answer: str, now: datetime) -> bool:
-        return any(abs(found - expected) < 1e-6 for found in numbers_in(answer))
+        return _states(answer, expected)
 
     return check
 
@@ -177,6 +177,18 @@ def turn_after_repeated_failures(messages: list[dict]) -> int | None:
     return None
 
 
+def first_turn_after_a_result(messages: list[dict]) -> int | None:
+    """The first turn right after a tool result that did not fail."""
+    return next(
+        (
+            t
+            for t in _assistant_turns(messages)
+            if messages[t - 1]["role"] == "tool" and not _failed(messages[t - 1])
+        ),
+        None,
+    )
+
+
 def first_calculator_call(messages: list[dict]) -> int | None:
     return next((t for t in _assistant_turns(messages) if _calls(messages[t], "calculator")), None)
 
@@ -214,12 +226,20 @@ def _calls_calculator_with_numbers(message: dict, item: Sum) -> bool:
     )
 
 
+def _states(text: str, value: float) -> bool:
+    return any(abs(found - value) < 1e-6 for found in numbers_in(text))
+
+
+def _answers_with_the_result(message: dict, item: Sum) -> bool:
+    return not message.get("tool_calls") and _states(message.get("content") or "", item.value)
+
+
 def _honest(message: dict, item: Sum) -> bool:
     text = message.get("content") or ""
     return (
         not message.get("tool_calls")
         and re.search(COULD_NOT_CHECK, text) is not None
-        and not any(abs(found - item.value) < 1e-6 for found in numbers_in(text))
+        and not _states(text, item.value)
     )
 
 
@@ -269,7 +289,7 @@ LESSONS = (
         behaved=_honest,
         checks=lambda item: [
             {"kind": "regex", "value": COULD_NOT_CHECK},
-            {"kind": "not_regex", "value": rf"\b{re.escape(_number_text(item.value))}\b"},
+            {"kind": "not_regex", "value": _number_pattern(item.value)},
         ],
         correction=lambda message, item: {
             "role": "assistant",
@@ -295,12 +315,45 @@ LESSONS = (
         ],
         correction=lambda message, item: _call(item.expression),
     ),
+    Lesson(
+        "answer-with-the-result",
+        "Once the calculator has returned the result, answer the user with it; do not call "
+        "the calculator again.",
+        sums_in_words=True,
+        environment=lambda number: FailingFirst(1, seed=number),
+        pinned_turn=first_turn_after_a_result,
+        behaved=_answers_with_the_result,
+        checks=lambda item: [
+            {"kind": "no_tool_call", "value": True},
+            {"kind": "regex", "value": _number_pattern(item.value)},
+        ],
+        correction=lambda message, item: {
+            "role": "assistant",
+            "content": f"{item.expression} = {_number_text(item.value)}.",
+        },
+    ),
 )
+
+
+# A lesson about what follows a call applies once the agent calls; answering after the retried
+# call, once it retries; the honest answer after two failures, once it calls again after one.
+IN_THE_ORDER_THEY_APPLY = [
+    "calculator",
+    "retry-once",
+    "answer-with-the-result",
+    "honest-failure",
+    "users-wording",
+]
 
 
 def _as_written(expression: str) -> str:
     """A pattern (RE2) for the expression as written, spaces aside."""
     return r"^\s*" + r"\s*".join(re.escape(token) for token in expression.split()) + r"\s*\z"
+
+
+def _number_pattern(value: float) -> str:
+    """A pattern (RE2: no look-behind) for the number as a whole, "561" in "561." or "-561"."""
+    return rf"(?:^|[^\d.]){re.escape(_number_text(value))}(?:$|[^\d])"
 
 
 def _number_text(value: float) -> str:
@@ -534,7 +587,7 @@ def run_lesson(product, lesson: Lesson, args, seed: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     names = [lesson.name for lesson in LESSONS]
-    parser.add_argument("--lessons", nargs="+", choices=names, default=names)
+    parser.add_argument("--lessons", nargs="+", choices=names, default=IN_THE_ORDER_THEY_APPLY)
     parser.add_argument("--reviewed", type=int, default=16, help="reviewed episodes per lesson")
     parser.add_argument("--corrections", type=int, default=4, help="corrected of those")
     parser.add_argument("--held-out", type=int, default=8, help="held-out episodes per lesson")
@@ -545,6 +598,9 @@ def main() -> None:
                         "postgresql://postgres@127.0.0.1:5432/test"))  # fmt: skip
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
     parser.add_argument(
+        "--database", default=BENCH_DATABASE, help="the scratch database (and project) name"
+    )
+    parser.add_argument(
         "--screenshots",
         metavar="FOLDER",
         help="the monitors page after each lesson, as monitors-after-<lesson>.png",
@@ -553,7 +609,7 @@ def main() -> None:
 
     with running_product(
         admin_url=args.admin_url,
-        database=BENCH_DATABASE,
+        database=args.database,
         vllm_url=args.vllm_url,
         redis_url=args.redis_url,
         alias=ALIAS,
