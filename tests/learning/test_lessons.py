@@ -242,16 +242,22 @@ def test_the_lessons_route_is_in_the_openapi_document(admin_api):
     assert any(path.endswith("/lessons") for path in document["paths"])
 
 
-def _approved(project, external_id: str, text: str, checks: list, reply: str):
-    ingest_traces(project=project, raw_items=[make_trace(external_id)])
+def _approved(
+    project, external_id: str, text: str, checks: list, reply: str | dict, *, messages=None
+):
+    """An approved target for the last turn of `messages` (default: make_trace's, whose last
+    turn answers after the calculator's result); `reply` its words, or a whole message."""
+    trace_body = make_trace(external_id, **({"messages": messages} if messages else {}))
+    ingest_traces(project=project, raw_items=[trace_body])
     trace = project.traces.get(external_id=external_id)
-    feedback, _ = record_feedback(trace=trace, text=text, turn=4, checks=checks)
+    turn = len(trace_body["messages"]) - 1
+    feedback, _ = record_feedback(trace=trace, text=text, turn=turn, checks=checks)
     return DistillationTarget.objects.create(
         feedback=feedback,
-        turn=4,
+        turn=turn,
         source="correction",
-        student_context=trace.body_json()["messages"][:4],
-        target={"role": "assistant", "content": reply},
+        student_context=trace_body["messages"][:turn],
+        target=reply if isinstance(reply, dict) else {"role": "assistant", "content": reply},
         state=TargetState.APPROVED,
     )
 
@@ -336,18 +342,7 @@ def _after_failures(project, external_id: str, failures: int, text: str, checks,
             {"role": "tool", "tool_call_id": call["id"], "content": "Error: unavailable"},
         ]
     messages.append({"role": "assistant", "content": "84."})
-    ingest_traces(project=project, raw_items=[make_trace(external_id, messages=messages)])
-    trace = project.traces.get(external_id=external_id)
-    turn = len(messages) - 1
-    feedback, _ = record_feedback(trace=trace, text=text, turn=turn, checks=checks)
-    return DistillationTarget.objects.create(
-        feedback=feedback,
-        turn=turn,
-        source="correction",
-        student_context=messages[:turn],
-        target=target,
-        state=TargetState.APPROVED,
-    )
+    return _approved(project, external_id, text, checks, target, messages=messages)
 
 
 RETRY = (
