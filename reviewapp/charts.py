@@ -111,6 +111,24 @@ def _fmt(value: float, percent: bool) -> str:
     return f"{100 * value:.0f}%" if percent else f"{value:.3g}"
 
 
+# The axis font (12px monospace) is about this wide a character: a legend entry takes its key,
+# a gap and its name, so long version names wrap instead of running over the next entry.
+AXIS_CHAR_WIDTH = 7.3
+
+
+def _legend_rows(names: list[str], *, left: int, right: int, top: int) -> tuple[list[tuple], int]:
+    """(a legend entry per name: css, key x, key y, text x, text y, name; the rows it takes)."""
+    entries, x, row = [], left, 0
+    for number, name in enumerate(names):
+        entry_width = 24 + AXIS_CHAR_WIDTH * len(name)
+        if x > left and x + entry_width > right:
+            x, row = left, row + 1
+        y = top + 16 * row
+        entries.append((f"s{number % SERIES_CLASSES}", f"{x:.0f}", y, f"{x + 14:.0f}", y + 9, name))
+        x += entry_width
+    return entries, row + 1
+
+
 def multi_line_chart(
     x_labels: list[str],
     series: dict[str, list[float | None]],
@@ -150,11 +168,7 @@ def multi_line_chart(
             dots.append((css, x, y, name, shown, _fmt(value, percent)))
         if len(run) > 1:
             lines.append((css, " ".join(run)))
-    legend = [
-        (f"s{number % SERIES_CLASSES}", pad + 130 * number, height - 14, pad + 130 * number + 14,
-         height - 5, name)
-        for number, name in enumerate(series)
-    ]  # fmt: skip
+    legend, rows = _legend_rows(list(series), left=pad, right=width - pad, top=height - 14)
     ticks = [
         (f"{pad + i * step:.1f}", height - bottom + 13, text) for i, text in enumerate(x_labels)
     ]
@@ -169,7 +183,7 @@ def multi_line_chart(
         '<text x="2" y="{base}" class="axis">0</text>'
         '<text x="{p}" y="{title_y}" class="axis title">{label}</text>'
         "{lines}{dots}{ticks}{legend}</svg>",
-        w=width, h=height, p=pad, pw=plot_width, ph=plot_height, top=pad + 4,
+        w=width, h=height + 16 * (rows - 1), p=pad, pw=plot_width, ph=plot_height, top=pad + 4,
         base=pad + plot_height, high=_fmt(peak, percent), label=label, title_y=pad - 8,
         lines=format_html_join("", '<polyline class="series {}" points="{}"/>', lines),
         dots=format_html_join(
