@@ -9,6 +9,7 @@ import random
 import secrets
 import statistics
 import sys
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -48,6 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="task order and tool failures")
     parser.add_argument("--concurrency", type=int, default=2, help="episodes in flight at once")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the endpoint to answer before the first episode",
+    )
     parser.add_argument(
         "--no-trace-ids",
         action="store_true",
@@ -150,9 +157,24 @@ def run_demo(args: argparse.Namespace, client: httpx.Client) -> list[EpisodeResu
     return results
 
 
+def wait_for_endpoint(client: httpx.Client, base_url: str, timeout_s: float) -> None:
+    """Until the endpoint answers at all (a web process still starting refuses connections:
+    bin/run starts the harness as soon as the model answers, which a running one does first)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.get(f"{base_url}/models", timeout=2)
+            return
+        except httpx.TransportError:
+            if time.monotonic() >= deadline:
+                return  # the episodes report what is wrong
+            time.sleep(0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with httpx.Client(limits=httpx.Limits(max_connections=args.concurrency * 2)) as client:
+        wait_for_endpoint(client, args.base_url, args.wait)
         results = run_demo(args, client)
     print(summarize(results))
     return 1 if all(result.termination == "error" for result in results) else 0

@@ -7,15 +7,18 @@ The real run (vLLM serving SmolLM2 behind the gateway) is covered by slow tests 
 import ast
 import itertools
 import json
+import socket
+import threading
 import time
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
 from reviewapp.harness import agent
-from reviewapp.harness.__main__ import parse_args, run_demo, summarize
+from reviewapp.harness.__main__ import parse_args, run_demo, summarize, wait_for_endpoint
 from reviewapp.harness.agent import api_base_for, report_outcome, run_episode
 from reviewapp.harness.tasks import TASKS, TASKS_BY_ID, numbers_in
 from reviewapp.harness.tools import (
@@ -639,3 +642,44 @@ def test_the_harness_imports_nothing_from_the_product():
 def test_the_cli_refuses_impossible_settings(flags):
     with pytest.raises(SystemExit):
         parse_args(["--api-key", "k", "--model", "m", *flags])
+
+
+def test_the_harness_waits_for_an_endpoint_that_is_still_starting():
+    """bin/run starts the harness as soon as the model answers; with a model server already
+    running that is before the web process listens, and every episode was refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    servers = []
+
+    def start_late():
+        time.sleep(1.0)
+        servers.append(HTTPServer(("127.0.0.1", port), NotFound))
+        servers[0].serve_forever()
+
+    threading.Thread(target=start_late, daemon=True).start()
+    started = time.monotonic()
+    with httpx.Client() as client:
+        wait_for_endpoint(client, f"http://127.0.0.1:{port}/v1", timeout_s=20)
+        waited = time.monotonic() - started
+        answered = client.get(f"http://127.0.0.1:{port}/v1/models").status_code
+    servers[0].shutdown()
+
+    assert 1.0 <= waited < 20
+    assert answered == 404  # it answers: the episodes can start
+
+
+def test_the_harness_stops_waiting_after_its_limit():
+    started = time.monotonic()
+    with httpx.Client() as client:
+        wait_for_endpoint(client, "http://127.0.0.1:9/v1", timeout_s=0.5)
+
+    assert 0.5 <= time.monotonic() - started < 5
