@@ -196,8 +196,8 @@ def superseded_targets(targets: Sequence[DistillationTarget]) -> set[int]:
 
 def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
     """Each lesson (feedback with checks, grouped by kind) with its targets, those of them that
-    pass its own checks (judged once here, not once per other lesson) and when it was first
-    given (its first feedback's id)."""
+    pass its own checks and each target's place (both judged once here, not once per other
+    lesson) and when it was first given (its first feedback's id)."""
     lessons: dict[str, dict] = {}
     for target in targets:
         feedback = target.feedback
@@ -210,10 +210,12 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
                 "checks": feedback.checks,
                 "targets": [],
                 "passing": [],
+                "places": {},  # target id -> _place
                 "given": feedback.pk,
             },
         )
         lesson["targets"].append(target)
+        lesson["places"][target.pk] = _place(target)
         context = target.student_context or []
         if all(r.passed for r in check_reply(feedback.checks, target.target, context=context)):
             lesson["passing"].append(target)
@@ -223,9 +225,7 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
 
 def _lesson_pairs(lessons: dict[str, dict]) -> Iterator[tuple[dict, dict, list, list]]:
     """Each pair of lessons with the targets of each that fail the other's checks."""
-    places = {
-        key: {_place(target) for target in lesson["targets"]} for key, lesson in lessons.items()
-    }
+    places = {key: set(lesson["places"].values()) for key, lesson in lessons.items()}
     keys = list(lessons)
     for index, first in enumerate(keys):
         for second in keys[index + 1 :]:
@@ -237,7 +237,7 @@ def _lesson_pairs(lessons: dict[str, dict]) -> Iterator[tuple[dict, dict, list, 
 def _failing_the_other(lesson: dict, other: dict, other_places: set[str]) -> list[dict]:
     items = []
     for target in lesson["passing"]:  # a target failing its own checks is no evidence
-        if _place(target) not in other_places:
+        if lesson["places"][target.pk] not in other_places:
             continue  # the other lesson's checks were never given for a turn in this place
         failed = [
             f"{r.kind} {r.value}"
