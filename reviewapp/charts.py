@@ -112,21 +112,25 @@ def _fmt(value: float, percent: bool) -> str:
 
 
 # The axis font (12px monospace) is about this wide a character: a legend entry takes its key,
-# a gap and its name, so long version names wrap instead of running over the next entry.
+# a gap and its name, so long names (version names, terminations) wrap instead of running over
+# the next entry.
 AXIS_CHAR_WIDTH = 7.3
 
 
-def _legend_rows(names: list[str], *, left: int, right: int, top: int) -> tuple[list[tuple], int]:
-    """(a legend entry per name: css, key x, key y, text x, text y, name; the rows it takes)."""
-    entries, x, row = [], left, 0
-    for number, name in enumerate(names):
+def _legend_places(
+    names: list[str], *, left: int, right: int, top: int
+) -> tuple[list[tuple[str, int, str, int]], int]:
+    """Where each legend entry goes, left to right and wrapping within [left, right]: (key x,
+    key y, text x, text y) per name; and the rows the legend takes."""
+    places, x, row = [], left, 0
+    for name in names:
         entry_width = 24 + AXIS_CHAR_WIDTH * len(name)
         if x > left and x + entry_width > right:
             x, row = left, row + 1
         y = top + 16 * row
-        entries.append((f"s{number % SERIES_CLASSES}", f"{x:.0f}", y, f"{x + 14:.0f}", y + 9, name))
+        places.append((f"{x:.0f}", y, f"{x + 14:.0f}", y + 9))
         x += entry_width
-    return entries, row + 1
+    return places, row + 1
 
 
 def multi_line_chart(
@@ -168,7 +172,11 @@ def multi_line_chart(
             dots.append((css, x, y, name, shown, _fmt(value, percent)))
         if len(run) > 1:
             lines.append((css, " ".join(run)))
-    legend, rows = _legend_rows(list(series), left=pad, right=width - pad, top=height - 14)
+    places, rows = _legend_places(list(series), left=pad, right=width - pad, top=height - 14)
+    legend = [
+        (f"s{number % SERIES_CLASSES}", *place, name)
+        for number, (name, place) in enumerate(zip(series, places, strict=True))
+    ]
     ticks = [
         (f"{pad + i * step:.1f}", height - bottom + 13, text) for i, text in enumerate(x_labels)
     ]
@@ -214,11 +222,11 @@ def stacked_bar_chart(
 
     The legend names only the keys that occur, wrapping onto as many lines as it needs.
     """
-    pad, top, row_height, label_width, key_width = 8, 24, 22, 150, 120
+    pad, top, row_height, label_width = 8, 24, 22, 150
     present = [key for key in keys if any(counts.get(key) for _, counts in rows)]
-    per_line = max((width - label_width) // key_width, 1)
     legend_top = top + row_height * len(rows) + 6
-    height = legend_top + 16 * -(-len(present) // per_line) + pad
+    places, legend_rows = _legend_places(present, left=label_width, right=width, top=legend_top)
+    height = legend_top + 16 * legend_rows + pad
     plot_width = width - label_width - 2 * pad
     segments, names = [], []
     for number, (row_label, counts) in enumerate(rows):
@@ -236,11 +244,7 @@ def stacked_bar_chart(
                  f"{100 * count / total:.0f}%")
             )  # fmt: skip
             x += part
-    legend = []
-    for index, key in enumerate(present):
-        x = label_width + key_width * (index % per_line)
-        y = legend_top + 16 * (index // per_line)
-        legend.append((key, x, y, x + 14, y + 9, key))
+    legend = [(key, *place, key) for key, place in zip(present, places, strict=True)]
     return format_html(
         '<svg class="chart stacked" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
         'aria-label="{label}"><text x="{p}" y="14" class="axis title">{label}</text>'
