@@ -55,6 +55,7 @@ from reviewapp.harness.tools import (
     ToolEnvironment,
     ToolResult,
 )
+from training.checks import tool_result_failed
 
 BENCH_DATABASE = "apprentice_bench_agent_lessons"
 ALIAS = "team-agent"
@@ -130,7 +131,8 @@ def _assistant_turns(messages: list[dict]) -> list[int]:
 
 
 def _failed(message: dict) -> bool:
-    return message["role"] == "tool" and message["content"].startswith(ERROR_PREFIX)
+    """A failed tool result, as the checks and the monitors read one."""
+    return message["role"] == "tool" and tool_result_failed(message)
 
 
 def _failed_before(messages: list[dict], turn: int) -> bool:
@@ -167,12 +169,8 @@ def turn_after_repeated_failures(messages: list[dict]) -> int | None:
     kept failing, and here the agent should tell the user (after one failure, the retry lesson
     says to call again)."""
     for turn in _assistant_turns(messages):
-        earlier = [m for m in messages[:turn] if m["role"] == "tool"]
-        if (
-            len(earlier) >= 2
-            and all(_failed(m) for m in earlier[-2:])
-            and _failed_before(messages, turn)
-        ):
+        results = [m for m in messages[:turn] if m["role"] == "tool"]
+        if _failed_before(messages, turn) and len(results) >= 2 and _failed(results[-2]):
             return turn
     return None
 
