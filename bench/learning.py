@@ -496,7 +496,8 @@ def main() -> None:
         choices=typing.get_args(GuardReference),
         default=TrainingConfig().guard_reference,
         help="what the guard pulls towards on general prompts: the base shown the lesson, "
-        "the base as it is, or both (every other prompt each way)",
+        "the base as it is, both (every other prompt each way), or lesson_changes (the base "
+        "shown the lesson where it changes the base's next token, the base elsewhere)",
     )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]

@@ -30,7 +30,7 @@ TrainingMode = Literal["sft", "distill"]
 StartFrom = Literal["base", "serving"]
 
 # What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
-GuardReference = Literal["lessons", "base", "both"]
+GuardReference = Literal["lessons", "base", "both", "lesson_changes"]
 
 
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
@@ -98,6 +98,8 @@ class TrainingConfig:
     # "both": every other general prompt each way, the teacher's answers carrying the lessons
     # to questions nobody reviewed and the base's holding the rest; on the development set it
     # kept the facts on one kind of two (bench/README.md, "Both references, alternating").
+    # "lesson_changes": the teacher's answers, the teacher as reference at the tokens where the
+    # lessons change what the base would write, the base at every other token (the facts).
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss

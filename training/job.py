@@ -143,7 +143,7 @@ def _general_replay(
     where there are no lessons)."""
     if not lessons:
         return base_replay_examples(base, tokenizer, cache_dir=cache_dir)
-    if reference == "lessons":
+    if reference in ("lessons", "lesson_changes"):
         return lesson_replay_examples(base, tokenizer, lessons, cache_dir=cache_dir)
     # "both": alternating, so that any first replay_examples of them hold both kinds.
     by_base = base_replay_examples(

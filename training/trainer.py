@@ -10,7 +10,8 @@ Two modes share the loop:
 Both add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of the
 replay examples (the base's own answers to general prompts, good traces), the base side
 computed with the adapter disabled, under the example's `teacher_context` where it has one
-(the teacher's answers to general prompts, training/replay.py).
+(the teacher's answers to general prompts, training/replay.py), or, with guard_reference
+"lesson_changes", there only at the tokens the base would not have written itself.
 sft can add a preference term: `preference_weight` x DPO on the examples that carry the answer
 their reply replaced (`Example.rejected`), the reference being the base (adapter disabled).
 
@@ -270,7 +271,13 @@ def train(
                     loss = _teacher_kl(model, part, pad_token_id, config.top_k)
                 step_loss += _backward(loss * _reply_tokens(part) / main_tokens)
             for part in _passes(guard_batch, budget):
-                loss = _base_kl(model, part, pad_token_id, config.top_k)
+                loss = _base_kl(
+                    model,
+                    part,
+                    pad_token_id,
+                    config.top_k,
+                    teacher_where_it_differs=config.guard_reference == "lesson_changes",
+                )
                 share = _reply_tokens(part) / guard_tokens
                 step_loss += _backward(config.base_kl_weight * loss * share)
             # Chosen and rejected replies run side by side: two rows a pair (the base's pass
@@ -361,14 +368,32 @@ def _teacher_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: in
     return topk_tail_kl(student_logits, teacher_logits, mask, k)
 
 
-def _base_kl(model: PeftModel, batch: list[_Tokens], pad_token_id: int, k: int) -> torch.Tensor:
+def _base_kl(
+    model: PeftModel,
+    batch: list[_Tokens],
+    pad_token_id: int,
+    k: int,
+    *,
+    teacher_where_it_differs: bool = False,
+) -> torch.Tensor:
     """Forgetting guard: KL(base || student) on replay replies, the base under the teacher's
-    context where the example has one, else under the student's."""
+    context where the example has one, else under the student's.
+
+    With `teacher_where_it_differs`, the teacher's context is the reference only at the reply
+    tokens the base under the student's own context would not have chosen (where the lessons
+    change the answer); everywhere else the base as it is (config.guard_reference
+    "lesson_changes").
+    """
     prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
     with torch.no_grad(), adapter_disabled(model):
         base_logits, _ = reply_logits(
             model, [seq.teacher_prompt or seq.prompt for seq in batch], replies, pad_token_id
         )
+        if teacher_where_it_differs and any(seq.teacher_prompt for seq in batch):
+            bare_logits, _ = reply_logits(model, prompts, replies, pad_token_id)
+            reply_ids, _ = pad_right(replies, pad_token_id, model.device)
+            base_agrees = bare_logits.argmax(dim=-1) == reply_ids
+            base_logits = torch.where(base_agrees[..., None], bare_logits, base_logits)
     student_logits, mask = reply_logits(model, prompts, replies, pad_token_id)
     return topk_tail_kl(student_logits, base_logits, mask, k)
 

@@ -218,16 +218,28 @@ def test_a_job_on_turns_offered_tools_also_replays_the_bases_answers_after_a_too
     assert without.metrics["train"]["tool_replay_examples"] == 0
 
 
+@pytest.mark.parametrize("reference", ["lessons", "lesson_changes"])
 def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_general_prompts(
-    make_job, tmp_path
+    make_job, tmp_path, monkeypatch, reference
 ):
+    replayed = []
+    train = trainer.train
+    monkeypatch.setattr(
+        trainer,
+        "train",
+        lambda *args, replay, **kwargs: (
+            replayed.extend(replay) or train(*args, replay=replay, **kwargs)
+        ),
+    )
     lessons = [LessonHint("say hello")]
-    taught = dataclasses.replace(CONFIG, guard_reference="lessons")
+    taught = dataclasses.replace(CONFIG, guard_reference=reference)
 
     with_lessons = run_job(make_job(config=taught, lessons=lessons), Recorder())
+    shown = [example.teacher_context is not None for example in replayed]
     base = run_job(make_job(lessons=lessons, adapter_root=tmp_path / "other"), Recorder())
 
     assert with_lessons.metrics["train"]["replay_lessons"] == ["say hello"]
+    assert shown and all(shown)
     assert base.metrics["train"]["replay_lessons"] == []
 
 

@@ -554,3 +554,36 @@ def test_the_guard_pulls_towards_the_teacher_where_a_replay_example_has_its_cont
 
     assert guard(plain) == pytest.approx(0.0, abs=1e-6)
     assert guard(taught) > 1e-3
+
+
+def test_the_guard_takes_the_teacher_only_where_the_lesson_changes_the_base_s_token(
+    make_student, tokenizer
+):
+    """guard_reference "lesson_changes": on a reply the base writes itself token by token,
+    the base is the reference everywhere (nothing to pull for a fresh adapter, whatever the
+    teacher saw); on a reply it would not write, the teacher is, where the tokens differ."""
+    from training.trainer import _base_kl
+
+    student = make_student(_sft_config())
+    prompt = render_prompt(tokenizer, _user(QUESTIONS[0]))
+    teacher_prompt = render_prompt(
+        tokenizer, _user(f"{QUESTIONS[0]} reviewer feedback : {FEEDBACK}")
+    )
+    with torch.no_grad(), adapter_disabled(student):
+        (own,) = generate_replies(
+            student,
+            [prompt],
+            eos_token_id=tokenizer.eos_token_id,
+            max_new_tokens=8,
+            temperature=None,
+        )
+    other = tokenizer.encode(" answer : paris", add_special_tokens=False)
+
+    def guard(reply: list[int], **where) -> float:
+        tokens = _Tokens(prompt=prompt, reply=reply, teacher_prompt=teacher_prompt)
+        with torch.no_grad():
+            return _base_kl(student, [tokens], 0, k=20, **where).item()
+
+    assert guard(own) > 1e-3  # the teacher everywhere: the lesson pulls
+    assert guard(own, teacher_where_it_differs=True) == pytest.approx(0.0, abs=1e-6)
+    assert guard(other, teacher_where_it_differs=True) > 1e-3
