@@ -99,7 +99,9 @@ class TrainingConfig:
     # to questions nobody reviewed and the base's holding the rest; on the development set it
     # kept the facts on one kind of two (bench/README.md, "Both references, alternating").
     # "lesson_changes": the teacher's answers, the teacher as reference at the tokens where the
-    # lessons change what the base would write, the base at every other token (the facts).
+    # lessons change what the base would write, the base at every other token. On the test set
+    # its adapters reached the teacher prompt's held-out adherence, and 4 of 5 still broke 2-4
+    # facts (bench/README.md, "The teacher only where the lesson changes the answer").
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
