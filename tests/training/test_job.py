@@ -218,19 +218,25 @@ def test_a_job_on_turns_offered_tools_also_replays_the_bases_answers_after_a_too
     assert without.metrics["train"]["tool_replay_examples"] == 0
 
 
-@pytest.mark.parametrize("reference", ["lessons", "lesson_changes"])
-def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_general_prompts(
-    make_job, tmp_path, monkeypatch, reference
-):
-    replayed = []
+@pytest.fixture
+def replayed(monkeypatch) -> list:
+    """The replay examples the job hands the trainer, caught by wrapping trainer.train."""
+    caught = []
     train = trainer.train
     monkeypatch.setattr(
         trainer,
         "train",
         lambda *args, replay, **kwargs: (
-            replayed.extend(replay) or train(*args, replay=replay, **kwargs)
+            caught.extend(replay) or train(*args, replay=replay, **kwargs)
         ),
     )
+    return caught
+
+
+@pytest.mark.parametrize("reference", ["lessons", "lesson_changes"])
+def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_general_prompts(
+    make_job, tmp_path, replayed, reference
+):
     lessons = [LessonHint("say hello")]
     taught = dataclasses.replace(CONFIG, guard_reference=reference)
 
@@ -243,18 +249,7 @@ def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_genera
     assert base.metrics["train"]["replay_lessons"] == []
 
 
-def test_with_both_as_the_guards_reference_the_base_and_the_teacher_take_turns(
-    make_job, tmp_path, monkeypatch
-):
-    replayed = []
-    train = trainer.train
-    monkeypatch.setattr(
-        trainer,
-        "train",
-        lambda *args, replay, **kwargs: (
-            replayed.extend(replay) or train(*args, replay=replay, **kwargs)
-        ),
-    )
+def test_with_both_as_the_guards_reference_the_base_and_the_teacher_take_turns(make_job, replayed):
     both = dataclasses.replace(CONFIG, guard_reference="both", replay_examples=6)
 
     outcome = run_job(make_job(config=both, lessons=[LessonHint("say hello")]), Recorder())
