@@ -64,8 +64,8 @@ class TrainingJob:
     # replay prompts, `config.replay_examples` in all.
     replay: Sequence[trainer.Example] = ()
     # The lessons the run teaches, as the teacher is shown them: with config.guard_reference
-    # "lessons" (or "both": half of them), the teacher shown them answers the general replay
-    # prompts, not the base.
+    # "lessons" or "lesson_changes" (or "both": half of them), the teacher shown them answers
+    # the general replay prompts, not the base.
     lessons: Sequence[LessonHint] = ()
     # training.evaluation's feedback items (trained and `held_out`); the evaluation adds the
     # general regression facts to `regression_items`.

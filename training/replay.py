@@ -12,7 +12,9 @@ teacher instead: the base shown every lesson of the run, as it is shown them whe
 targets. The guard then pulls the student, on questions nobody reviewed, towards what the
 prompted model does there. Pulled towards the base itself, the student unlearns the lessons on
 every question it did not train on (bench/README.md, "The guard's reference"). With "both"
-(training/job.py) the base answers every other prompt and the teacher the rest.
+(training/job.py) the base answers every other prompt and the teacher the rest. With
+"lesson_changes" the teacher answers them all, and the trainer takes the teacher as the
+reference only at the tokens where its answer leaves what the base would write.
 """
 
 import hashlib
