@@ -221,15 +221,14 @@ def test_a_job_on_turns_offered_tools_also_replays_the_bases_answers_after_a_too
 @pytest.fixture
 def replayed(monkeypatch) -> list:
     """The replay examples the job hands the trainer, caught by wrapping trainer.train."""
-    caught = []
-    train = trainer.train
-    monkeypatch.setattr(
-        trainer,
-        "train",
-        lambda *args, replay, **kwargs: (
-            caught.extend(replay) or train(*args, replay=replay, **kwargs)
-        ),
-    )
+    caught: list = []
+    real_train = trainer.train
+
+    def train(*args, replay, **kwargs):
+        caught.extend(replay)
+        return real_train(*args, replay=replay, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", train)
     return caught
 
 
