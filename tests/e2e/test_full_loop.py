@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.urls import reverse
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from bench.apprentice_server import collect_static
@@ -39,6 +40,7 @@ BEGINS_WITH_ANSWER = r"^\s*Answer:"
 TAUGHT_TASKS = TASKS[:12]
 CHECK_TASKS = TASKS[12:20]  # never reviewed: the lesson has to carry over to new questions
 ACTIVE_STATES = {str(status) for status in ACTIVE_RUN_STATUSES}
+RUN_PAGE_WAIT_MS = 60_000
 SERVER_SECRET_KEY = "full-loop-test-secret-key-not-for-production-0123456789abcdef"
 
 
@@ -73,6 +75,21 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+def _run_page_status(page) -> tuple[str, int]:
+    """The run page's state and progress as its poll last left them.
+
+    Generous waits: in CI the browser shares two cores with vLLM, the worker's training and the
+    live server, and a read once waited more than the default 10 s. If the block is gone, say
+    what the page shows instead (the poll swaps in whatever its 2xx response holds)."""
+    try:
+        state = page.locator("#run-state").inner_text(timeout=RUN_PAGE_WAIT_MS)
+        percent = page.locator("#run-progress").get_attribute("value", timeout=RUN_PAGE_WAIT_MS)
+    except PlaywrightTimeoutError:
+        shown = page.locator("body").inner_text(timeout=RUN_PAGE_WAIT_MS)[:2000]
+        pytest.fail(f"the run page at {page.url} lost its status block; it shows:\n{shown}")
+    return state, int(percent)
 
 
 @pytest.fixture
@@ -272,10 +289,10 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     started = time.monotonic()
     states, percents = [], set()
     while time.monotonic() - started < 1200:
-        state = page.locator("#run-state").inner_text()
+        state, percent = _run_page_status(page)
         if not states or states[-1] != state:
             states.append(state)
-        percents.add(int(page.locator("#run-progress").get_attribute("value")))
+        percents.add(percent)
         if state not in ACTIVE_STATES:
             break
         time.sleep(1)
