@@ -10,9 +10,10 @@ Run from the repository root, in the project's virtualenv:
 
 Two sets, never mixed. The development set (6 kinds, 8 held-out questions) is the one every
 default (guard weight, learning rate, steps, candidates, worked examples, teacher prompt, the
-gate's tolerances) was chosen on; its figures say nothing about generality. The test set (6 other
-kinds, 24 held-out factual questions, each with the fact its answer must keep) is never tuned on:
-the README's figures come from it.
+gate's tolerances) was chosen on; its figures say nothing about generality. A seventh kind,
+"also", was added later to weigh the preference term on a lesson the base mostly follows. The
+test set (6 other kinds, 24 held-out factual questions, each with the fact its answer must keep)
+is never tuned on: the README's figures come from it.
 
 For each kind, as a team would give it, and for each seed:
 - 16 questions answered by the bundled SmolLM2-135M-Instruct (greedy, as served); each answer
@@ -165,6 +166,14 @@ DEV_KINDS = (
         "Format the answer as a bulleted list, each line starting with '- '.",
         {"kind": "regex", "value": r"^- "},
         lambda text: "\n".join(f"- {s}" for s in re.split(r"(?<=[.!?])\s", text.strip())[:3]),
+    ),
+    # A lesson the base mostly follows already (7 of its 24 answers here use "also"): where sft
+    # regresses a few items that passed, and the preference term is to be weighed.
+    Kind(
+        "also",
+        "Do not use the word 'also'.",
+        {"kind": "not_regex", "value": r"(?i)\balso\b"},
+        lambda text: re.sub(r"(?i)\balso\s+", "", text),
     ),
 )
 
@@ -439,6 +448,12 @@ def run_kind(
         "targets_min": targets_s / 60,
         "minutes": elapsed / 60,
         "example": adapter_replies[0][:120],
+        # Which of the gate's facts went, and what the adapter answered instead.
+        "broken": [
+            (item.get("prompt"), (item.get("after") or {}).get("reply", ""))
+            for item in report["regression"].get("items") or []
+            if item.get("status") == "regressed"
+        ],
     }
 
 
@@ -535,6 +550,8 @@ def main() -> None:
                 f"targets); e.g. {row['example']!r}",
                 flush=True,
             )
+            for prompt, reply in row["broken"]:
+                print(f"    fact broken: {prompt!r} -> {reply[:100]!r}", flush=True)
         table.append(summary_row(kind, rows))
         print(table[-1], flush=True)
     print("\n".join(table))
