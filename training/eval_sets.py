@@ -104,14 +104,6 @@ TOOL_REPLAY_EPISODES: tuple[tuple[str, str, str, str, str, str], ...] = (
 MIN_ITEMS_TO_HOLD_OUT = 4
 
 
-# A fact is kept if the answer states it within a few sentences, as a reader would take it: an
-# answer that opens with "**The boiling point of water** is a fundamental concept..." and gives
-# 100 °C in its second sentence has not forgotten it. The shortest evaluation budget (48 tokens)
-# read such answers as wrong (bench/README.md, "The gate's facts read to the end of a short
-# answer"); this is as long as the benchmarks' held-out answers.
-FACT_ANSWER_TOKENS = 96
-
-
 def general_regression_items() -> list[dict]:
     return [
         {
@@ -119,7 +111,6 @@ def general_regression_items() -> list[dict]:
             "prompt": question,
             "context": [{"role": "user", "content": question}],
             "checks": [{"kind": "regex", "value": pattern}],
-            "max_new_tokens": FACT_ANSWER_TOKENS,
         }
         for question, pattern in GENERAL_REGRESSION_PROMPTS
     ]

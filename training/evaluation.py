@@ -79,9 +79,9 @@ def compare_replies(
     serving: str | None = None,
 ) -> list[dict[str, Any]]:
     """Before/after results for items `{"context", "checks"?, "tools"?, "teacher_context"?,
-    "reference"?, "original"?, "max_new_tokens"?}` (reference: an approved assistant message
-    for the context; original: the answer the feedback was about, which sizes the generation
-    budget unless the item's or the call's `max_new_tokens` fixes it).
+    "reference"?, "original"?}` (reference: an approved assistant message for the context;
+    original: the answer the feedback was about, which sizes the generation budget unless
+    `max_new_tokens` fixes it).
 
     `base_cache`: the before side (the serving adapter's or the base's greedy replies and their
     divergence from the teacher) is the same for every candidate adapter of a run; pass one
@@ -92,10 +92,7 @@ def compare_replies(
     base_cache = {} if base_cache is None else base_cache
     replier = replier or InProcessReplier(tokenizer.eos_token_id, batch_size)
     budgets = [
-        max_new_tokens
-        or item.get("max_new_tokens")
-        or generation_budget(tokenizer, item.get("original"))
-        for item in items
+        max_new_tokens or generation_budget(tokenizer, item.get("original")) for item in items
     ]
     prompts = [render_prompt(tokenizer, item["context"], item.get("tools")) for item in items]
     before_key = ("replies", tuple(map(tuple, prompts)), tuple(budgets))

@@ -2,15 +2,7 @@ import pytest
 import torch
 
 from training.config import TrainingConfig
-from training.eval_sets import FACT_ANSWER_TOKENS, general_regression_items
-from training.evaluation import (
-    MIN_EVAL_TOKENS,
-    compare_replies,
-    divergence,
-    status,
-    summarize,
-)
-from training.repliers import InProcessReplier
+from training.evaluation import compare_replies, divergence, status, summarize
 from training.trainer import Example, add_lora, train
 
 QUESTIONS = ["what is the capital of france ?", "what color is the sky ?", "say hello"]
@@ -59,34 +51,6 @@ def yes_sayer(make_tiny_llama, make_tiny_tokenizer):
     examples = [Example(_user(q), {"role": "assistant", "content": "yes"}) for q in QUESTIONS]
     train(model, tokenizer, config, examples=examples)
     return model, tokenizer
-
-
-class BudgetRecorder(InProcessReplier):
-    """The in-process replier, noting the budget each call gives every prompt."""
-
-    def __init__(self, eos_token_id: int) -> None:
-        super().__init__(eos_token_id)
-        self.budgets: list[list[int]] = []
-
-    def greedy_replies(self, model, prompts, budgets, *, adapter_on):
-        self.budgets.append(list(budgets))
-        return super().greedy_replies(model, prompts, budgets, adapter_on=adapter_on)
-
-
-def test_an_item_s_own_budget_sizes_its_replies_and_the_facts_read_a_few_sentences(yes_sayer):
-    model, tokenizer = yes_sayer
-    fact = general_regression_items()[0]
-    items = [
-        {"context": _user(QUESTIONS[0]), "max_new_tokens": 3},
-        {"context": _user(QUESTIONS[1])},  # no original answer to size it: the shortest
-        {"context": fact["context"], "checks": fact["checks"], "max_new_tokens": 5},
-    ]
-    replier = BudgetRecorder(tokenizer.eos_token_id)
-
-    compare_replies(model, tokenizer, items, replier=replier)
-
-    assert replier.budgets == [[3, MIN_EVAL_TOKENS, 5]] * 2  # before, then after
-    assert fact["max_new_tokens"] == FACT_ANSWER_TOKENS > MIN_EVAL_TOKENS
 
 
 def test_an_item_the_adapter_now_passes_is_fixed(yes_sayer):
