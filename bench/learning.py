@@ -448,6 +448,8 @@ def run_kind(
         "targets_min": targets_s / 60,
         "minutes": elapsed / 60,
         "example": adapter_replies[0][:120],
+        # Each candidate the gate judged, and why it passed or not.
+        "candidates": [(c["step"], c["reason"]) for c in report.get("candidates") or []],
         # Which of the gate's facts went, and what the adapter answered instead.
         "broken": [
             (item.get("prompt"), (item.get("after") or {}).get("reply", ""))
@@ -550,8 +552,10 @@ def main() -> None:
                 f"targets); e.g. {row['example']!r}",
                 flush=True,
             )
+            for step, reason in row["candidates"]:
+                print(f"    candidate after step {step}: {reason}", flush=True)
             for prompt, reply in row["broken"]:
-                print(f"    fact broken: {prompt!r} -> {reply[:100]!r}", flush=True)
+                print(f"    fact broken: {prompt!r} -> {reply!r}", flush=True)
         table.append(summary_row(kind, rows))
         print(table[-1], flush=True)
     print("\n".join(table))
