@@ -106,7 +106,9 @@ class TrainingConfig:
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
     # and the guard, the reference being the base; 0 turns it off. For lessons the base mostly
-    # follows already ("never do X"), where sft alone regressed a few items; off until measured.
+    # follows already ("never do X"), where sft alone regressed a few items: on such a lesson of
+    # the development set it deployed its final adapter on 2 seeds of 2 where sft regressed an
+    # item on both (bench/README.md, "The preference term"); off until measured on the others.
     # distill items carry no replaced answer, so a distill run ignores it.
     preference_weight: float = Field(0.0, ge=0.0, le=10.0)
     # DPO's beta: the scale of the log-prob margin; higher keeps the adapter nearer the base.
