@@ -449,12 +449,12 @@ def run_kind(
         "minutes": elapsed / 60,
         "example": adapter_replies[0][:120],
         # Each candidate the gate judged, and why it passed or not.
-        "candidates": [(c["step"], c["reason"]) for c in report.get("candidates") or []],
+        "candidates": [(c["step"], c["reason"]) for c in report["candidates"]],
         # Which of the gate's facts went, and what the adapter answered instead.
         "broken": [
-            (item.get("prompt"), (item.get("after") or {}).get("reply", ""))
-            for item in report["regression"].get("items") or []
-            if item.get("status") == "regressed"
+            (item["prompt"], item["after"]["reply"])
+            for item in report["regression"]["items"]
+            if item["status"] == "regressed"
         ],
     }
 
