@@ -2,12 +2,25 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from reviewapp import jobs
+from reviewapp.gateway import views as gateway_views
 from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.monitors.refusals import RefusalCounter
 from reviewapp.projects.models import Membership
 from reviewapp.projects.services import create_api_key, create_project
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
+
+
+@pytest.fixture(autouse=True)
+def refusals(monkeypatch) -> RefusalCounter:
+    """Each test counts the gateway's refusals on a counter of its own that writes only when
+    the test flushes it: the process's one writes from a thread every few seconds, into
+    whichever test runs then, or during the flush of a live-server test's database, which
+    then fails."""
+    counter = RefusalCounter(flush_seconds=None)
+    monkeypatch.setattr(gateway_views, "refusals", counter)
+    return counter
 
 
 class Enqueued(list):

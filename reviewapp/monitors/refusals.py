@@ -35,9 +35,11 @@ def add_refusals(*, project_id: int | None, reason: str, hour: datetime, count: 
 
 
 class RefusalCounter:
-    """One per process: counts in memory, written by its own thread every FLUSH_SECONDS."""
+    """One per process: counts in memory, written by its own thread every `flush_seconds`
+    (None: no thread, whoever holds it calls `flush`, as tests do)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, flush_seconds: float | None = FLUSH_SECONDS) -> None:
+        self.flush_seconds = flush_seconds
         # (project id, reason, hour) -> requests refused
         self._tally: Counter[tuple[int | None, str, datetime]] = Counter()
         self._lock = threading.Lock()
@@ -47,7 +49,9 @@ class RefusalCounter:
         hour = timezone.now().replace(minute=0, second=0, microsecond=0)
         with self._lock:
             self._tally[(project_id, reason.value, hour)] += 1
-            if self._thread is None or not self._thread.is_alive():
+            if self.flush_seconds is not None and (
+                self._thread is None or not self._thread.is_alive()
+            ):
                 self._thread = threading.Thread(
                     target=self._run, name="gateway-refusals", daemon=True
                 )
@@ -72,7 +76,7 @@ class RefusalCounter:
 
     def _run(self) -> None:
         while True:
-            time.sleep(FLUSH_SECONDS)
+            time.sleep(self.flush_seconds)
             try:
                 self.flush()
             except DatabaseError as error:

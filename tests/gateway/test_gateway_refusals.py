@@ -1,13 +1,14 @@
 """Requests the gateway refuses before the model sees them are counted per project and reason,
 shown on the monitors page and over the API, and never stored as traces."""
 
+import time
+
 import orjson
 import pytest
 from django.test import Client
 
-from reviewapp.gateway import views as gateway_views
 from reviewapp.gateway.routing import forget_cached_routes
-from reviewapp.monitors.models import GatewayRefusal
+from reviewapp.monitors.models import GatewayRefusal, RefusalReason
 from reviewapp.monitors.refusals import RefusalCounter, recent_refusals
 from reviewapp.projects.services import create_api_key
 from reviewapp.traces.models import Trace
@@ -17,12 +18,10 @@ USER = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture
-def counter(monkeypatch) -> RefusalCounter:
-    """A counter of this test's own: the process's one holds other tests' counts."""
-    fresh = RefusalCounter()
-    monkeypatch.setattr(gateway_views, "refusals", fresh)
+def counter(refusals) -> RefusalCounter:
+    """The test's own counter (tests/conftest.py), flushed by the test."""
     forget_cached_routes()
-    return fresh
+    return refusals
 
 
 def chat(key: str | None, body: dict | bytes):
@@ -64,6 +63,16 @@ def test_a_second_flush_adds_to_the_hours_row(counter, project, acme_key):
     counter.flush()
     assert recent_refusals(project)["model_not_found"] == 4
     assert GatewayRefusal.objects.filter(project=project, reason="model_not_found").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the counter's thread writes on its own connection
+def test_the_process_counter_writes_from_its_own_thread(project):
+    counter = RefusalCounter(flush_seconds=0.05)
+    counter.count(project_id=project.id, reason=RefusalReason.MODEL_NOT_FOUND)
+    deadline = time.monotonic() + 10
+    while not GatewayRefusal.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert recent_refusals(project) == {"model_not_found": 1}
 
 
 def test_a_key_without_the_ingest_scope_is_counted(counter, project):
