@@ -6,7 +6,7 @@ Run from the repository root, in the project's virtualenv:
     python bench/learning.py                            # the test set, 3 seeds: README figures
     python bench/learning.py --set dev                  # the set the defaults were chosen on
     python bench/learning.py --kinds question --seeds 0 --mode distill
-    python bench/learning.py --kinds avoid --preference-weight 1   # sft + the preference term
+    python bench/learning.py --set dev --kinds also --preference-weight 0   # sft alone
 
 Two sets, never mixed. The development set (6 kinds, 8 held-out questions) is the one every
 default (guard weight, learning rate, steps, candidates, worked examples, teacher prompt, the
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from training.base_models import resolve_base_model
 from training.chat import render_prompt
 from training.checks import evaluate_checks
-from training.config import GuardReference, TrainingConfig
+from training.config import GuardReference, PreferenceLessons, TrainingConfig
 from training.gate import GateThresholds
 from training.job import Progress, TrainingJob, run_job
 from training.sampling import generate_replies
@@ -385,7 +385,7 @@ def run_kind(
     if config.mode == "sft":  # each with the answer it replaced, as the worker passes it
         data = {
             "examples": [
-                Example(user(q), reply, rejected=_replaced(reply, original))
+                Example(user(q), reply, rejected=_replaced(reply, original), lesson=kind.feedback)
                 for q, reply, _, original in targets
             ]
         }
@@ -397,6 +397,7 @@ def run_kind(
             "teacher_context": hint_context(user(question), kind.feedback),
             "checks": [kind.check],
             "original": _assistant(original),
+            "lesson": kind.feedback,
             "held_out": False,
         }
         for question, original in zip(questions, originals, strict=True)
@@ -506,7 +507,13 @@ def main() -> None:
         type=float,
         default=TrainingConfig().preference_weight,
         help="sft: the DPO term's weight on (target, replaced answer) pairs (0: off), to "
-        "compare sft with and without it, e.g. on the test set's 'avoid' kind",
+        "compare sft with and without it, e.g. on the development set's 'also' kind",
+    )
+    parser.add_argument(
+        "--preference-lessons",
+        choices=typing.get_args(PreferenceLessons),
+        default=TrainingConfig().preference_lessons,
+        help="whose pairs the term trains on: a lesson the base mostly follows already, or all",
     )
     parser.add_argument(
         "--guard-reference",
@@ -523,7 +530,7 @@ def main() -> None:
     print(
         f"set {args.set}, mode {args.mode}, seeds {args.seeds}, forgetting guard weight "
         f"{args.base_kl_weight} towards {args.guard_reference}, preference weight "
-        f"{args.preference_weight}; every other "
+        f"{args.preference_weight} on {args.preference_lessons} lessons; every other "
         f"setting the default; {len(held_out)} held-out questions",
         flush=True,
     )
@@ -540,6 +547,7 @@ def main() -> None:
                 seed=seed,
                 base_kl_weight=args.base_kl_weight,
                 preference_weight=args.preference_weight,
+                preference_lessons=args.preference_lessons,
                 guard_reference=args.guard_reference,
             )
             row = run_kind(kind, questions, held_out, model_dir, args.model_cache, config)

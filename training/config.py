@@ -31,6 +31,8 @@ StartFrom = Literal["base", "serving"]
 
 # What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
 GuardReference = Literal["lessons", "base", "both", "lesson_changes"]
+# The lessons whose (target, replaced answer) pairs the preference term trains on.
+PreferenceLessons = Literal["followed", "all"]
 
 
 @dataclass(frozen=True, config=ConfigDict(strict=True, extra="forbid", allow_inf_nan=False))
@@ -105,12 +107,16 @@ class TrainingConfig:
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
-    # and the guard, the reference being the base; 0 turns it off. For lessons the base mostly
-    # follows already ("never do X"), where sft alone regressed a few items: on such a lesson of
-    # the development set it deployed its final adapter on 2 seeds of 2 where sft regressed an
-    # item on both (bench/README.md, "The preference term"); off until measured on the others.
-    # distill items carry no replaced answer, so a distill run ignores it.
-    preference_weight: float = Field(0.0, ge=0.0, le=10.0)
+    # and the guard, the reference being the base; 0 turns it off. distill items carry no
+    # replaced answer, so a distill run ignores it.
+    preference_weight: float = Field(1.0, ge=0.0, le=10.0)
+    # Whose pairs it trains on: "followed", only a lesson the model mostly follows already
+    # (more than half of its feedback items' answers pass its checks: "never do X"), "all",
+    # every lesson's. Measured on the development set (bench/README.md, "The preference
+    # term"): on such a lesson it deployed its final adapter on 2 seeds of 2 where sft alone
+    # regressed an item on both; on 4 lessons the base never follows it did no better than
+    # sft (one held-out answer and one fact worse on one) and trained 1.6x as long.
+    preference_lessons: PreferenceLessons = "followed"
     # DPO's beta: the scale of the log-prob margin; higher keeps the adapter nearer the base.
     preference_beta: float = Field(0.1, gt=0.0, le=10.0)
     # distill: longest on-policy sample the student writes per item, in tokens.

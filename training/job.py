@@ -11,7 +11,7 @@ import itertools
 import json
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -25,6 +25,7 @@ from training import trainer
 from training.adapters import AdapterInfo, write_adapter
 from training.base_models import resolve_base_model
 from training.candidates import choose_candidate
+from training.checks import check_reply
 from training.config import GuardReference, TrainingConfig
 from training.eval_sets import REPLAY_PROMPTS, general_regression_items
 from training.evaluation import SERVING_ADAPTER, evaluate_adapter
@@ -185,11 +186,12 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         loss_curve.append(loss)
         callbacks.on_progress(Progress(step, total, loss, tokens_per_s, eta_s, loss_curve))
 
+    examples = preference_pairs_kept(job.examples, job.feedback_items, config)
     result = trainer.train(
         model,
         tokenizer,
         config,
-        examples=job.examples,
+        examples=examples,
         items=job.items,
         replay=replay,
         on_progress=on_progress,
@@ -254,6 +256,12 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             "seconds": round(result.seconds, 1),
             "skipped": result.skipped,
             "targets": len(job.examples) + len(job.items),
+            # The targets the preference term trained beside their replaced answers.
+            "preference_pairs": (
+                sum(example.rejected is not None for example in examples)
+                if config.preference_weight
+                else 0
+            ),
             "replay_examples": len(replay),
             "tool_replay_examples": len(tool_turns),
             # The lessons the teacher was shown to answer the general replay prompts (none:
@@ -278,6 +286,39 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         metrics=metrics,
         adapter=adapter,
     )
+
+
+def preference_pairs_kept(
+    examples: Sequence[trainer.Example],
+    feedback_items: Sequence[dict[str, Any]],
+    config: TrainingConfig,
+) -> list[trainer.Example]:
+    """The sft examples, each keeping its replaced answer (the preference term's pair) only
+    where config.preference_lessons says: with "followed", an example of a lesson the model
+    mostly follows already, judged on the answers its feedback was written on."""
+    if config.preference_lessons == "all":
+        return list(examples)
+    followed = followed_lessons(feedback_items)
+    return [
+        example
+        if example.rejected is None or example.lesson in followed
+        else replace(example, rejected=None)
+        for example in examples
+    ]
+
+
+def followed_lessons(feedback_items: Sequence[dict[str, Any]]) -> set[str]:
+    """The lessons whose feedback items' original answers pass their checks more often than
+    not; items without checks or an original answer say nothing either way."""
+    passed_by_lesson: dict[str, list[bool]] = {}
+    for item in feedback_items:
+        if item.get("lesson") is None or not item.get("checks") or not item.get("original"):
+            continue
+        results = check_reply(item["checks"], item["original"], context=item["context"])
+        passed_by_lesson.setdefault(item["lesson"], []).append(
+            all(result.passed for result in results)
+        )
+    return {lesson for lesson, passed in passed_by_lesson.items() if sum(passed) * 2 > len(passed)}
 
 
 def _start(model: PeftModel, config: TrainingConfig, serving: ServingAdapter | None) -> str:

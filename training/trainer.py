@@ -66,6 +66,9 @@ class Example:
     # sft: the answer `reply` replaced (the original turn a correction or revision rewrote);
     # the preference term prefers `reply` to it. None: no pair.
     rejected: Message | None = None
+    # sft: the feedback's text it teaches (a feedback item's "lesson"): whether its pair is
+    # kept is decided per lesson (training.job, config.preference_lessons). None: no lesson.
+    lesson: str | None = None
     # replay: the context the guard's base side sees instead of `context` (the teacher's, with
     # the lessons shown); None: the same context as the student.
     teacher_context: list[Message] | None = None

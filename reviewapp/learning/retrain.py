@@ -167,7 +167,8 @@ def _lessons_learned_by(adapter_name: str | None) -> set[str]:
 
 def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
     """sft: (context, approved reply) examples, each with the answer it replaced where that
-    differs (a correction's or a revision's `original`: the preference term's pair); distill:
+    differs (a correction's or a revision's `original`: the preference term's pair) and its
+    lesson (the job keeps the pair per lesson); distill:
     (student, teacher context) items, the teacher shown the feedback the way `teacher_prompt`
     says."""
     from training.targets import hint_context, rewrite_context
@@ -181,6 +182,7 @@ def _training_data(config: TrainingConfig, targets: list, tools: dict) -> dict:
                     t.target,
                     tools[t.pk],
                     rejected=t.original if t.original and t.original != t.target else None,
+                    lesson=t.feedback.text,
                 )
                 for t in targets
             ]

@@ -1,5 +1,6 @@
 """An sft Retrain hands the trainer the answer each target replaced (the preference term's
-pair): a correction's and a teacher revision's `original`, unless it is the target itself."""
+pair): a correction's and a teacher revision's `original`, unless it is the target itself; and
+the lesson each teaches, by which the job keeps the pair or not (tests/training/test_job.py)."""
 
 import pytest
 
@@ -54,3 +55,6 @@ def test_each_sft_example_carries_the_answer_its_target_replaced(project):
         "Weather unchanged?": None,
         "Weather no-original?": None,
     }
+    lessons = {example.lesson for example in job.examples}
+    assert lessons == {item["lesson"] for item in job.feedback_items}
+    assert lessons == {"Do not use the word 'very'."}

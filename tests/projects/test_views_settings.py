@@ -65,21 +65,30 @@ def test_it_saves_the_settings_and_shows_them_again(alice, project):
     assert 'name="canary_share" value="30"' in page
 
 
-def test_the_preference_term_is_a_training_setting_off_by_default(alice, project):
+def test_the_preference_term_is_a_training_setting_on_followed_lessons_by_default(alice, project):
     client = logged_in(alice)
 
     html = client.get(URL).content.decode()
-    response = client.post(URL, submitted(project, **{"training.preference_weight": "1.5"}))
+    response = client.post(
+        URL,
+        submitted(
+            project,
+            **{"training.preference_weight": "1.5", "training.preference_lessons": "all"},
+        ),
+    )
 
     assert 'name="training.preference_weight"' in html
     assert 'name="training.preference_beta"' in html
+    assert 'name="training.preference_lessons"' in html
     form = ProjectSettingsForm(stored={})
-    assert form.fields["training.preference_weight"].help_text == "default: 0.0"
+    assert form.fields["training.preference_weight"].help_text == "default: 1.0"
     assert form.fields["training.preference_beta"].help_text == "default: 0.1"
+    assert form.fields["training.preference_lessons"].choices[0] == ("", "default (followed)")
     assert response.status_code == 302
     saved = settings_for(Project.objects.get(pk=project.pk))
-    assert saved.training.overrides() == {"preference_weight": 1.5}
-    assert saved.training_config(mode="sft").preference_weight == 1.5
+    assert saved.training.overrides() == {"preference_weight": 1.5, "preference_lessons": "all"}
+    config = saved.training_config(mode="sft")
+    assert (config.preference_weight, config.preference_lessons) == (1.5, "all")
 
 
 def test_the_name_and_model_alias_are_saved_with_the_settings(alice, project):

@@ -53,8 +53,9 @@ DISTILL_CHANGES = {"top_k": 2, "sample_max_tokens": 2, "sample_temperature": 0.3
 RUN_LEVEL = {"mode", "teacher_prompt", "replay_examples", "save_every_steps", "bf16"}
 # sft with examples that carry the answer they replaced (a test of their own below).
 RUN_LEVEL |= {"preference_weight", "preference_beta"}
-# start_from: tests/training/test_job.py (the job, not the trainer, loads the serving weights).
-ELSEWHERE = {"held_out_fraction", "gate_candidates", "start_from"}
+# start_from: tests/training/test_job.py (the job, not the trainer, loads the serving weights);
+# preference_lessons: there too (the job chooses whose pairs the trainer gets).
+ELSEWHERE = {"held_out_fraction", "gate_candidates", "start_from", "preference_lessons"}
 # guard_reference: tests/training/test_job.py (the job chooses who answers the general prompts)
 # and test_trainer.py (the guard's base side under the teacher's context).
 ELSEWHERE |= {"guard_reference"}

@@ -14,7 +14,14 @@ from training.adapters import adapter_checksum
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS
 from training.gate import GateThresholds
-from training.job import Progress, ServingAdapter, TrainingJob, run_job
+from training.job import (
+    Progress,
+    ServingAdapter,
+    TrainingJob,
+    followed_lessons,
+    preference_pairs_kept,
+    run_job,
+)
 from training.targets import LessonHint, hint_context
 from training.trainer import Example, adapter_weights
 
@@ -341,3 +348,85 @@ def test_a_retrain_starts_from_the_serving_adapter_where_its_config_says_and_the
         assert all(torch.equal(at_start[name], served[name]) for name in served)
     else:  # a fresh adapter: LoRA's B matrices start at zero
         assert all(not tensor.any() for name, tensor in at_start.items() if "lora_B" in name)
+
+
+# The preference term's pairs, kept per lesson
+
+
+NEVER_VERY = "Do not use the word 'very'."
+BEGIN_WITH_ANSWER = "Begin with 'Answer:'."
+
+
+def _lesson_item(lesson: str, check: dict, original: str) -> dict:
+    return {
+        "context": _user("why is the sky blue ?"),
+        "checks": [check],
+        "original": {"role": "assistant", "content": original},
+        "lesson": lesson,
+    }
+
+
+LESSON_ITEMS = [
+    # The model follows "never 'very'" on 2 of 3 items already, "Answer:" on 1 of 3.
+    *(
+        _lesson_item(NEVER_VERY, {"kind": "not_regex", "value": r"\bvery\b"}, original)
+        for original in ("It scatters light.", "It is very blue.", "Rayleigh scattering.")
+    ),
+    *(
+        _lesson_item(BEGIN_WITH_ANSWER, {"kind": "regex", "value": "^Answer:"}, original)
+        for original in ("Answer: scattering.", "It scatters light.", "Because of the air.")
+    ),
+    # Without checks an item says nothing: it does not make "Answer:" followed.
+    *({**_lesson_item(BEGIN_WITH_ANSWER, {}, "Answer: air."), "checks": []} for _ in range(3)),
+]
+
+
+def _paired(lesson: str | None, question: str) -> Example:
+    return Example(
+        _user(question),
+        {"role": "assistant", "content": f"Answer : {question}"},
+        rejected={"role": "assistant", "content": f"it is very much {question}"},
+        lesson=lesson,
+    )
+
+
+def test_only_a_lesson_the_model_mostly_follows_keeps_its_preference_pairs():
+    examples = [
+        _paired(NEVER_VERY, QUESTIONS[0]),
+        _paired(BEGIN_WITH_ANSWER, QUESTIONS[1]),
+        _paired(None, QUESTIONS[2]),
+    ]
+
+    followed = preference_pairs_kept(examples, LESSON_ITEMS, CONFIG)
+    everyone = preference_pairs_kept(
+        examples, LESSON_ITEMS, dataclasses.replace(CONFIG, preference_lessons="all")
+    )
+
+    assert followed_lessons(LESSON_ITEMS) == {NEVER_VERY}
+    assert [example.rejected is not None for example in followed] == [True, False, False]
+    assert [example.reply for example in followed] == [example.reply for example in examples]
+    assert everyone == examples
+
+
+def test_the_job_trains_and_reports_the_pairs_it_kept(make_job, tmp_path, monkeypatch):
+    handed: list[Example] = []
+    real_train = trainer.train
+
+    def train(*args, examples, **kwargs):
+        handed.extend(examples)
+        return real_train(*args, examples=examples, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", train)
+    examples = [_paired(NEVER_VERY, QUESTIONS[0]), _paired(BEGIN_WITH_ANSWER, QUESTIONS[1])]
+
+    outcome = run_job(make_job(examples=examples, feedback_items=LESSON_ITEMS), Recorder())
+    off = dataclasses.replace(CONFIG, preference_weight=0.0)
+    without = run_job(
+        make_job(examples=examples, feedback_items=LESSON_ITEMS, config=off,
+                 adapter_root=tmp_path / "other"),
+        Recorder(),
+    )  # fmt: skip
+
+    assert [example.rejected is not None for example in handed[:2]] == [True, False]
+    assert outcome.metrics["train"]["preference_pairs"] == 1
+    assert without.metrics["train"]["preference_pairs"] == 0

@@ -480,9 +480,8 @@ def test_without_replaced_answers_the_preference_term_changes_nothing(make_stude
     _assert_same_weights(_lora_weights(model_off), _lora_weights(model_on))
 
 
-def test_the_preference_term_is_off_by_default(make_student, tokenizer):
-    config = _sft_config()
-    assert config.preference_weight == 0.0
+def test_at_weight_zero_the_preference_pairs_change_nothing(make_student, tokenizer):
+    config = _sft_config(preference_weight=0.0)
     with_pairs = make_student(config)
     without_pairs = make_student(config)
 
