@@ -437,6 +437,7 @@ def run_kind(
         "targets": len(targets),
         "teacher_passed": teacher_passed,
         "steps": report["train"]["steps"],
+        "pairs": report["train"]["preference_pairs"],
         "base": adherence(base_replies, kind.check),
         **{name: adherence(replies, kind.check) for name, replies in prompted.items()},
         "adapter": adherence(adapter_replies, kind.check),
@@ -556,8 +557,9 @@ def main() -> None:
                 f"{kind.name} seed {seed}: {row['decision'][:90]}; held-out adherence "
                 + ", ".join(f"{column} {row[column]:.2f}" for column in COLUMNS)
                 + f"; targets {row['targets']} ({row['teacher_passed']}/12 from the teacher), "
-                f"{row['steps']} steps, {row['minutes']:.1f} min ({row['targets_min']:.1f} "
-                f"targets); e.g. {row['example']!r}",
+                f"{row['pairs']} preference pairs, {row['steps']} steps, "
+                f"{row['minutes']:.1f} min ({row['targets_min']:.1f} targets); "
+                f"e.g. {row['example']!r}",
                 flush=True,
             )
             for step, reason in row["candidates"]:
