@@ -5,6 +5,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
 
     python bench/lessons.py                        # 4 compatible lessons, then a contradicting pair
     python bench/lessons.py --lessons 2 --per-lesson 8
+    python bench/lessons.py --start-from base      # each retrain from the base, not what serves
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default settings but one: "checks pass"
@@ -27,11 +28,14 @@ had when first learned; facts kept; the contradicting pair reported as a conflic
 import argparse
 import re
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 from product import PROXY_HEADERS, add_product_arguments, run_to_the_end, running_product, wait_for
+
+from training.config import StartFrom, TrainingConfig
 
 BENCH_DATABASE = "apprentice_bench_lessons"
 ALIAS = "team-agent"
@@ -242,6 +246,12 @@ def main() -> None:
     parser.add_argument("--per-lesson", type=int, default=12, help="reviewed traces per lesson")
     parser.add_argument("--corrections", type=int, default=3, help="corrected of those")
     parser.add_argument("--skip-contradiction", action="store_true")
+    parser.add_argument(
+        "--start-from",
+        choices=typing.get_args(StartFrom),
+        default=TrainingConfig().start_from,
+        help="where each retrain starts: the serving adapter's weights or the base's",
+    )
     add_product_arguments(parser)
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
     args = parser.parse_args()
@@ -257,8 +267,10 @@ def main() -> None:
         alias=ALIAS,
     ) as product:
         product.api.patch(
-            "/api/v1/settings", json={"auto_approve": "checks_pass"}
+            "/api/v1/settings",
+            json={"auto_approve": "checks_pass", "training": {"start_from": args.start_from}},
         ).raise_for_status()
+        print(f"every retrain starts from {args.start_from}", flush=True)
         questions = iter(QUESTIONS)
         given: list[Lesson] = []
         for lesson in LESSONS[: args.lessons]:

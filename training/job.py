@@ -256,7 +256,8 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             "seconds": round(result.seconds, 1),
             "skipped": result.skipped,
             "targets": len(job.examples) + len(job.items),
-            # The targets the preference term trained beside their replaced answers.
+            # The targets handed to the preference term with their replaced answers (the
+            # trainer drops a replaced answer too long for max_seq_len).
             "preference_pairs": (
                 sum(example.rejected is not None for example in examples)
                 if config.preference_weight
