@@ -135,9 +135,10 @@ class TrainingConfig:
     # Where a retrain starts: "base", a fresh adapter; "serving", the weights of the adapter
     # that serves the project now (when it has this config's LoRA shape), so the lessons it
     # learned are already there and a run's updates go to what is new; targets a later lesson
-    # superseded are no longer trained, so what they taught has to stay in the weights. Not
-    # yet settled by measurement (bench/README.md, "Earlier targets teach against later
-    # lessons": one seed each way).
+    # superseded are no longer trained, so what they taught has to stay in the weights.
+    # Measured (bench/README.md, "Where a retrain starts"): four lessons one after another,
+    # from the base the fourth retrain lost what the third had taught (9 items regressed, the
+    # gate refused it); from what serves it begins where the earlier lessons were learned.
     start_from: StartFrom = "serving"
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
