@@ -67,7 +67,7 @@ def test_a_second_flush_adds_to_the_hours_row(counter, project, acme_key):
 
 @pytest.mark.django_db(transaction=True)  # the counter's thread writes on its own connection
 def test_the_process_counter_writes_from_its_own_thread(project):
-    counter = RefusalCounter(flush_seconds=0.05)
+    counter = RefusalCounter(flush_seconds=0.2)
     counter.count(project_id=project.id, reason=RefusalReason.MODEL_NOT_FOUND)
     deadline = time.monotonic() + 10
     while not GatewayRefusal.objects.exists() and time.monotonic() < deadline:
