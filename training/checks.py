@@ -276,6 +276,13 @@ def check_reply(
     )
 
 
+def passes_every_check(
+    checks: Sequence[dict], reply: str | Message, *, context: Sequence[Message] = ()
+) -> bool:
+    """Whether the reply passes each of the checks (no checks: it does)."""
+    return all(result.passed for result in check_reply(checks, reply, context=context))
+
+
 def evaluate_checks(
     checks: Sequence[dict],
     *,

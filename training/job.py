@@ -25,7 +25,7 @@ from training import trainer
 from training.adapters import AdapterInfo, write_adapter
 from training.base_models import resolve_base_model
 from training.candidates import choose_candidate
-from training.checks import check_reply
+from training.checks import passes_every_check
 from training.config import GuardReference, TrainingConfig
 from training.eval_sets import REPLAY_PROMPTS, general_regression_items
 from training.evaluation import SERVING_ADAPTER, evaluate_adapter
@@ -258,11 +258,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             "targets": len(job.examples) + len(job.items),
             # The targets handed to the preference term with their replaced answers (the
             # trainer drops a replaced answer too long for max_seq_len).
-            "preference_pairs": (
-                sum(example.rejected is not None for example in examples)
-                if config.preference_weight
-                else 0
-            ),
+            "preference_pairs": sum(example.rejected is not None for example in examples),
             "replay_examples": len(replay),
             "tool_replay_examples": len(tool_turns),
             # The lessons the teacher was shown to answer the general replay prompts (none:
@@ -296,10 +292,14 @@ def preference_pairs_kept(
 ) -> list[trainer.Example]:
     """The sft examples, each keeping its replaced answer (the preference term's pair) only
     where config.preference_lessons says: with "followed", an example of a lesson the model
-    mostly follows already, judged on the answers its feedback was written on."""
-    if config.preference_lessons == "all":
+    mostly follows already, judged on the answers its feedback was written on. With the term
+    off (weight 0) no example keeps one."""
+    if not config.preference_weight:
+        followed: set[str] = set()
+    elif config.preference_lessons == "all":
         return list(examples)
-    followed = followed_lessons(feedback_items)
+    else:
+        followed = followed_lessons(feedback_items)
     return [
         example
         if example.rejected is None or example.lesson in followed
@@ -315,9 +315,8 @@ def followed_lessons(feedback_items: Sequence[dict[str, Any]]) -> set[str]:
     for item in feedback_items:
         if item.get("lesson") is None or not item.get("checks") or not item.get("original"):
             continue
-        results = check_reply(item["checks"], item["original"], context=item["context"])
         passed_by_lesson.setdefault(item["lesson"], []).append(
-            all(result.passed for result in results)
+            passes_every_check(item["checks"], item["original"], context=item["context"])
         )
     return {lesson for lesson, passed in passed_by_lesson.items() if sum(passed) * 2 > len(passed)}
 

@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.chat import Message, assistant_message_from_text, message_text, render_prompt
-from training.checks import CheckResult, check_reply
+from training.checks import CheckResult, check_reply, passes_every_check
 from training.sampling import generate_replies
 
 # The worker's sampling (reviewapp/learning/proposals.py, bench/learning.py): rounds of
@@ -219,7 +219,7 @@ def select_revisions(
         if key in seen or key == ("", ()):
             continue
         seen.add(key)
-        if all(result.passed for result in run_checks(candidate, checks)):
+        if passes_every_check(checks, candidate):
             kept.append(candidate)
     return kept
 

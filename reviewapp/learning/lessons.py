@@ -28,7 +28,7 @@ from reviewapp.learning.models import (
     RunStatus,
 )
 from reviewapp.projects.models import Project
-from training.checks import check_reply, tool_result_failed
+from training.checks import check_reply, passes_every_check, tool_result_failed
 from training.eval_sets import feedback_kind
 
 # The bar for keeping a lesson: at least 90% of the adherence it had when first learned.
@@ -217,7 +217,7 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
         lesson["targets"].append(target)
         lesson["places"][target.pk] = _place(target)
         context = target.student_context or []
-        if all(r.passed for r in check_reply(feedback.checks, target.target, context=context)):
+        if passes_every_check(feedback.checks, target.target, context=context):
             lesson["passing"].append(target)
         lesson["given"] = min(lesson["given"], feedback.pk)
     return lessons
