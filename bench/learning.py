@@ -522,7 +522,8 @@ def main() -> None:
         default=TrainingConfig().guard_reference,
         help="what the guard pulls towards on general prompts: the base shown the lesson, "
         "the base as it is, both (every other prompt each way), or lesson_changes (the base "
-        "shown the lesson where it changes the base's next token, the base elsewhere)",
+        "shown the lesson where it changes the base's next token, the base elsewhere), or "
+        "lesson_edits (as lesson_changes, on the base's own answers edited by the teacher)",
     )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]

@@ -30,7 +30,7 @@ TrainingMode = Literal["sft", "distill"]
 StartFrom = Literal["base", "serving"]
 
 # What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
-GuardReference = Literal["lessons", "base", "both", "lesson_changes"]
+GuardReference = Literal["lessons", "base", "both", "lesson_changes", "lesson_edits"]
 # The lessons whose (target, replaced answer) pairs the preference term trains on.
 PreferenceLessons = Literal["followed", "all"]
 
@@ -104,6 +104,9 @@ class TrainingConfig:
     # lessons change what the base would write, the base at every other token. On the test set
     # its adapters reached the teacher prompt's held-out adherence, and 4 of 5 still broke 2-4
     # facts (bench/README.md, "The teacher only where the lesson changes the answer").
+    # "lesson_edits": as "lesson_changes", but each general answer is the base's own, edited by
+    # the teacher where it finds the base's token unlikely (training/replay.py), so the answers
+    # keep the base's content and leave it only where the lessons do.
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss

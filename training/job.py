@@ -65,8 +65,8 @@ class TrainingJob:
     # replay prompts, `config.replay_examples` in all.
     replay: Sequence[trainer.Example] = ()
     # The lessons the run teaches, as the teacher is shown them: with config.guard_reference
-    # "lessons" or "lesson_changes" (or "both": half of them), the teacher shown them answers
-    # the general replay prompts, not the base.
+    # other than "base" (with "both", for half of them) the teacher shown them answers the
+    # general replay prompts, not the base alone.
     lessons: Sequence[LessonHint] = ()
     # training.evaluation's feedback items (trained and `held_out`); the evaluation adds the
     # general regression facts to `regression_items`.
@@ -144,8 +144,10 @@ def _general_replay(
     where there are no lessons)."""
     if not lessons:
         return base_replay_examples(base, tokenizer, cache_dir=cache_dir)
-    if reference in ("lessons", "lesson_changes"):
-        return lesson_replay_examples(base, tokenizer, lessons, cache_dir=cache_dir)
+    if reference in ("lessons", "lesson_changes", "lesson_edits"):
+        return lesson_replay_examples(
+            base, tokenizer, lessons, cache_dir=cache_dir, edit_base=reference == "lesson_edits"
+        )
     # "both": alternating, so that any first replay_examples of them hold both kinds.
     by_base = base_replay_examples(
         base, tokenizer, prompts=REPLAY_PROMPTS[0::2], cache_dir=cache_dir

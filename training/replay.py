@@ -14,7 +14,12 @@ prompted model does there. Pulled towards the base itself, the student unlearns 
 every question it did not train on (bench/README.md, "The guard's reference"). With "both"
 (training/job.py) the base answers every other prompt and the teacher the rest. With
 "lesson_changes" the teacher answers them all, and the trainer takes the teacher as the
-reference only at the tokens where its answer leaves what the base would write.
+reference only at the tokens where its answer leaves what the base would write. With
+"lesson_edits" the answers are the base's own, edited by the teacher: at each token the base's
+choice, unless the teacher shown the lessons finds it unlikely. The teacher alone, shown
+reviewers' corrections as worked examples, copies their openers ("The answer to this question is
+rooted in...") onto questions the base answers outright ("12 times 3 is 36."), and a student
+pulled towards those answers stops stating facts (bench/README.md, "The base's answers, edited").
 """
 
 import hashlib
@@ -27,7 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from training.chat import assistant_message_from_text, render_prompt
 from training.eval_sets import REPLAY_PROMPTS, TOOL_REPLAY_EPISODES, TOOL_REPLAY_SYSTEM_PROMPT
 from training.evaluation import MAX_EVAL_TOKENS
-from training.sampling import generate_replies
+from training.sampling import generate_anchored, generate_replies
 from training.targets import LessonHint, lessons_context
 from training.trainer import Example
 
@@ -36,6 +41,10 @@ REPLAY_MAX_NEW_TOKENS = 64
 # The teacher's answers run as long as the gate's: a lesson about how an answer ends is only
 # seen at its end.
 LESSON_REPLAY_MAX_NEW_TOKENS = MAX_EVAL_TOKENS
+# "lesson_edits": the base's token stays wherever the teacher gives it at least this probability.
+# On 40 general prompts under two lessons, 0.1 kept the base's first sentence in 17 and 13
+# answers (greedy teacher: 6 and 9) with the lesson followed in 38 and 35; 0.3 kept 7 and 9.
+LESSON_EDIT_KEEP_AT_LEAST = 0.1
 
 
 def base_replay_examples(
@@ -62,14 +71,23 @@ def lesson_replay_examples(
     prompts: Sequence[str] = REPLAY_PROMPTS,
     cache_dir: Path | None = None,
     batch_size: int = 8,
+    edit_base: bool = False,
 ) -> list[Example]:
     """The teacher's greedy answers to `prompts`, shown every lesson, as examples whose context
     is the bare prompt and whose `teacher_context` is what the teacher saw: the guard's base
-    side is computed there. Call before the adapter is added."""
+    side is computed there. With `edit_base`, each answer is the base's own to the bare prompt
+    but where the teacher finds the base's token unlikely (generate_anchored). Call before the
+    adapter is added."""
     contexts = [[{"role": "user", "content": prompt}] for prompt in prompts]
     shown = [(lessons_context(context, lessons), None) for context in contexts]
     answers = _greedy_answers(
-        model, tokenizer, shown, LESSON_REPLAY_MAX_NEW_TOKENS, cache_dir, batch_size
+        model,
+        tokenizer,
+        shown,
+        LESSON_REPLAY_MAX_NEW_TOKENS,
+        cache_dir,
+        batch_size,
+        anchors=contexts if edit_base else None,
     )
     return [
         Example(context, assistant_message_from_text(answer.strip()), teacher_context=seen)
@@ -113,30 +131,46 @@ def _greedy_answers(
     max_new_tokens: int,
     cache_dir: Path | None,
     batch_size: int,
+    anchors: list[list[dict]] | None = None,
 ) -> list[str]:
-    """The base's greedy reply to each (context, tools).
+    """The base's greedy reply to each (context, tools); with `anchors` (one bare context per
+    conversation), anchored on each: the base's reply there, edited where the conversation
+    makes its token unlikely.
 
     Greedy answers of one base model never change, so they are cached in `cache_dir` (keyed
-    by the model's weights file, the conversations and the length) and generated once per base
-    and set of lessons.
+    by the model's weights file, the conversations, the anchors and the length) and generated
+    once per base and set of lessons.
     """
     key = [getattr(model.config, "_name_or_path", ""), conversations, max_new_tokens]
+    if anchors is not None:
+        key += [anchors, LESSON_EDIT_KEEP_AT_LEAST]
     cache = _cache_file(key, cache_dir) if cache_dir is not None else None
     if cache is not None and cache.exists():
         answers = json.loads(cache.read_text())
     else:
         answers = []
         for start in range(0, len(conversations), batch_size):
-            replies = generate_replies(
-                model,
-                [
-                    render_prompt(tokenizer, context, tools)
-                    for context, tools in conversations[start : start + batch_size]
-                ],
-                eos_token_id=tokenizer.eos_token_id,
-                max_new_tokens=max_new_tokens,
-                temperature=None,
-            )
+            prompts = [
+                render_prompt(tokenizer, context, tools)
+                for context, tools in conversations[start : start + batch_size]
+            ]
+            if anchors is None:
+                replies = generate_replies(
+                    model,
+                    prompts,
+                    eos_token_id=tokenizer.eos_token_id,
+                    max_new_tokens=max_new_tokens,
+                    temperature=None,
+                )
+            else:
+                replies = generate_anchored(
+                    model,
+                    prompts,
+                    [render_prompt(tokenizer, a) for a in anchors[start : start + batch_size]],
+                    eos_token_id=tokenizer.eos_token_id,
+                    max_new_tokens=max_new_tokens,
+                    keep_at_least=LESSON_EDIT_KEEP_AT_LEAST,
+                )
             answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)

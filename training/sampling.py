@@ -25,14 +25,8 @@ def generate_replies(
     nothing after it is kept. Sampling draws from the full distribution (no top-k/top-p), as
     vLLM does by default, so the samples are the model's own.
     """
-    device = model.device
-    width = max(len(prompt) for prompt in prompts)
     # Left padding: every prompt ends at the same column, where generation starts.
-    input_ids = torch.full((len(prompts), width), eos_token_id, dtype=torch.long, device=device)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, device=device)
-        attention_mask[row, width - len(prompt) :] = 1
+    input_ids, attention_mask = _left_padded(prompts, eos_token_id, model.device)
     sampling = (
         {"do_sample": False}
         if temperature is None
@@ -52,11 +46,7 @@ def generate_replies(
             )
     finally:
         model.train(was_training)
-    replies = []
-    for row in output[:, width:].tolist():
-        end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
-        replies.append(row[:end])
-    return replies
+    return _until_end(output[:, input_ids.shape[1] :].tolist(), eos_token_id)
 
 
 def reply_logits(
@@ -105,3 +95,91 @@ def pad_right(
 def adapter_disabled(model: PreTrainedModel) -> contextlib.AbstractContextManager:
     """Run the base model under a peft adapter (a plain model runs as it is)."""
     return model.disable_adapter() if isinstance(model, PeftModel) else contextlib.nullcontext()
+
+
+def generate_anchored(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    anchors: list[list[int]],
+    *,
+    eos_token_id: int,
+    max_new_tokens: int,
+    keep_at_least: float,
+) -> list[list[int]]:
+    """One greedy reply per prompt that writes, at each token, what the model would write
+    under the same row's `anchor` prompt, wherever the model under `prompt` gives that token at
+    least `keep_at_least` probability; elsewhere its own greedy token. Both sides read the
+    reply written so far. At 0 the replies are the anchors' greedy ones; above 1, the prompts'.
+
+    The forgetting guard's general answers (training/replay.py): the prompt shows the lessons,
+    the anchor is the bare question, so an answer keeps the base's own wording and content and
+    leaves it only where the lessons make the base's token unlikely.
+    """
+    if len(prompts) != len(anchors):
+        raise ValueError("every prompt needs its anchor")
+    device = model.device
+    sides = [
+        _left_padded(prompts, eos_token_id, device),
+        _left_padded(anchors, eos_token_id, device),
+    ]
+    rows = len(prompts)
+    written = torch.full((rows, 0), eos_token_id, dtype=torch.long, device=device)
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            outputs = [_forward(model, ids, mask, None) for ids, mask in sides]
+            for _ in range(max_new_tokens):
+                prompted, anchored = (output.logits[:, -1] for output in outputs)
+                anchor_token = anchored.argmax(dim=-1)
+                likely = prompted.softmax(dim=-1).gather(1, anchor_token[:, None])[:, 0]
+                token = torch.where(likely >= keep_at_least, anchor_token, prompted.argmax(dim=-1))
+                token = torch.where(done, eos_token_id, token)
+                written = torch.cat([written, token[:, None]], dim=1)
+                done |= token == eos_token_id
+                if done.all():
+                    break
+                sides = [
+                    (token[:, None], torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1))
+                    for _, mask in sides
+                ]
+                outputs = [
+                    _forward(model, ids, mask, output.past_key_values)
+                    for (ids, mask), output in zip(sides, outputs, strict=True)
+                ]
+    finally:
+        model.train(was_training)
+    return _until_end(written.tolist(), eos_token_id)
+
+
+def _until_end(rows: list[list[int]], eos_token_id: int) -> list[list[int]]:
+    """Each row up to and including its first end-of-turn token; nothing after it is kept."""
+    return [row[: row.index(eos_token_id) + 1] if eos_token_id in row else row for row in rows]
+
+
+def _left_padded(
+    sequences: list[list[int]], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) [B, T] with each sequence padded on the left, so that every
+    row's next token is at the same column."""
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long, device=device)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, width - len(sequence) :] = torch.tensor(sequence, device=device)
+        attention_mask[row, width - len(sequence) :] = 1
+    return input_ids, attention_mask
+
+
+def _forward(model: PreTrainedModel, input_ids, attention_mask, past_key_values):
+    """One cached step (or the prompt's pass) over left-padded rows: positions count only the
+    real tokens, as generate() counts them."""
+    positions = (attention_mask.cumsum(dim=-1) - 1).clamp_min(0)[:, -input_ids.shape[1] :]
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=positions,
+        past_key_values=past_key_values,
+        use_cache=True,
+    )

@@ -54,6 +54,8 @@ ProgressCallback = Callable[[int, int, float, float, float], None]
 
 # Checkpoints kept on disk during a run (the newest ones); a long run writes many.
 KEPT_CHECKPOINTS = 2
+# The guard's references that take the teacher only at the tokens the base would not write.
+TEACHER_WHERE_IT_DIFFERS = ("lesson_changes", "lesson_edits")
 
 
 @dataclass(frozen=True)
@@ -279,7 +281,7 @@ def train(
                     part,
                     pad_token_id,
                     config.top_k,
-                    teacher_where_it_differs=config.guard_reference == "lesson_changes",
+                    teacher_where_it_differs=config.guard_reference in TEACHER_WHERE_IT_DIFFERS,
                 )
                 share = _reply_tokens(part) / guard_tokens
                 step_loss += _backward(config.base_kl_weight * loss * share)
@@ -385,7 +387,7 @@ def _base_kl(
     With `teacher_where_it_differs`, the teacher's context is the reference only at the reply
     tokens the base under the student's own context would not have chosen (where the lessons
     change the answer); everywhere else the base as it is (config.guard_reference
-    "lesson_changes").
+    "lesson_changes" and "lesson_edits").
     """
     prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
     with torch.no_grad(), adapter_disabled(model):

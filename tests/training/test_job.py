@@ -239,7 +239,7 @@ def replayed(monkeypatch) -> list:
     return caught
 
 
-@pytest.mark.parametrize("reference", ["lessons", "lesson_changes"])
+@pytest.mark.parametrize("reference", ["lessons", "lesson_changes", "lesson_edits"])
 def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_general_prompts(
     make_job, tmp_path, replayed, reference
 ):

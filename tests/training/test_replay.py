@@ -1,6 +1,7 @@
 """The forgetting guard's data: the base's answer after a successful tool result in its tool
 episodes, and the teacher's answers to the general prompts when it is shown the lessons."""
 
+from training import replay
 from training.checks import tool_result_failed
 from training.eval_sets import TOOL_REPLAY_EPISODES
 from training.replay import base_replay_examples, base_tool_replay_examples, lesson_replay_examples
@@ -56,3 +57,30 @@ def test_the_teacher_shown_the_lessons_answers_the_bare_general_prompts(
     # The base's own answers are another cache entry, and carry no teacher context.
     assert len(list(tmp_path.glob("replay-*.json"))) == 2
     assert all(example.teacher_context is None for example in bare)
+
+
+def test_edited_answers_are_the_bases_own_where_the_teacher_finds_its_tokens_likely(
+    tmp_path, monkeypatch, make_tiny_llama, make_tiny_tokenizer
+):
+    model, tokenizer = make_tiny_llama(), make_tiny_tokenizer()
+    lessons = [LessonHint("say hello", (WorkedExample.reply("say one", "hello one"),))]
+    prompts = ["what is red ?", "say one two three"]
+    monkeypatch.setattr(replay, "REPLAY_MAX_NEW_TOKENS", replay.LESSON_REPLAY_MAX_NEW_TOKENS)
+
+    def replies(examples):
+        return [example.reply for example in examples]
+
+    teachers = replies(lesson_replay_examples(model, tokenizer, lessons, prompts=prompts))
+    bases = replies(base_replay_examples(model, tokenizer, prompts=prompts))
+    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 0.0)  # every base token kept
+    kept = lesson_replay_examples(model, tokenizer, lessons, prompts=prompts, edit_base=True)
+    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 1.01)  # none kept
+    edited = lesson_replay_examples(model, tokenizer, lessons, prompts=prompts, edit_base=True)
+
+    assert teachers != bases
+    assert replies(kept) == bases
+    assert replies(edited) == teachers
+    # Whatever wrote them, the guard's base side is computed under what the teacher saw.
+    assert [example.teacher_context for example in kept] == [
+        lessons_context(example.context, lessons) for example in kept
+    ]

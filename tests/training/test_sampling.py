@@ -1,6 +1,6 @@
 import torch
 
-from training.sampling import generate_replies, reply_logits
+from training.sampling import generate_anchored, generate_replies, reply_logits
 
 PROMPTS = [[3, 7, 5, 14, 15, 16], [3, 7, 5, 20], [3, 7, 5, 21, 22, 23, 24, 25]]
 
@@ -15,6 +15,67 @@ def test_batched_greedy_replies_match_one_prompt_at_a_time(make_tiny_llama):
         for prompt in PROMPTS
     ]
     assert batched == one_by_one
+
+
+# The same questions, each shown something before it (the lessons, in the guard's use).
+ANCHORS = [[3, 7, 5, 14, 15, 16], [3, 7, 5, 20], [3, 7, 5, 21, 22, 23, 24, 25]]
+SHOWN = [
+    [3, 40, 41, 42, 7, 5, 14, 15, 16],
+    [3, 43, 7, 5, 20],
+    [3, 44, 45, 7, 5, 21, 22, 23, 24, 25],
+]
+
+
+def _greedy(model, prompts):
+    return generate_replies(model, prompts, eos_token_id=2, max_new_tokens=8, temperature=None)
+
+
+def _anchored(model, keep_at_least, max_new_tokens=8):
+    return generate_anchored(
+        model,
+        SHOWN,
+        ANCHORS,
+        eos_token_id=2,
+        max_new_tokens=max_new_tokens,
+        keep_at_least=keep_at_least,
+    )
+
+
+def test_anchored_replies_kept_at_any_probability_are_the_anchors_greedy_replies(
+    make_tiny_llama,
+):
+    model = make_tiny_llama()
+
+    assert _anchored(model, keep_at_least=0.0) == _greedy(model, ANCHORS)
+
+
+def test_anchored_replies_kept_at_no_probability_are_the_prompts_greedy_replies(make_tiny_llama):
+    model = make_tiny_llama()
+
+    assert _anchored(model, keep_at_least=1.01) == _greedy(model, SHOWN)
+
+
+def test_an_anchored_token_is_the_anchors_where_the_prompt_finds_it_likely_enough(
+    make_tiny_llama,
+):
+    model = make_tiny_llama()
+    with torch.no_grad():
+        shown = [model(input_ids=torch.tensor([p])).logits[0, -1].softmax(-1) for p in SHOWN]
+        anchored = [model(input_ids=torch.tensor([p])).logits[0, -1].argmax() for p in ANCHORS]
+    likely = [float(probs[token]) for probs, token in zip(shown, anchored, strict=True)]
+    # A threshold between the rows' probabilities: some rows keep the anchor's token, some not.
+    keep_at_least = sorted(likely)[1]
+    expected = [
+        [int(token) if p >= keep_at_least else int(probs.argmax())]
+        for probs, token, p in zip(shown, anchored, likely, strict=True)
+    ]
+
+    replies = _anchored(model, keep_at_least, max_new_tokens=1)
+
+    assert replies == expected
+    # The row below the threshold writes another token than its anchor would.
+    below = likely.index(min(likely))
+    assert replies[below] != [int(anchored[below])]
 
 
 def test_a_reply_stops_after_its_end_token(make_tiny_llama):
