@@ -174,7 +174,8 @@ def _left_padded(
 
 def _forward(model: PreTrainedModel, input_ids, attention_mask, past_key_values):
     """One cached step (or the prompt's pass) over left-padded rows: positions count only the
-    real tokens, as generate() counts them."""
+    real tokens, as generate() counts them; logits for the next token only (a long prompt's
+    would be rows x tokens x the vocabulary)."""
     positions = (attention_mask.cumsum(dim=-1) - 1).clamp_min(0)[:, -input_ids.shape[1] :]
     return model(
         input_ids=input_ids,
@@ -182,4 +183,5 @@ def _forward(model: PreTrainedModel, input_ids, attention_mask, past_key_values)
         position_ids=positions,
         past_key_values=past_key_values,
         use_cache=True,
+        logits_to_keep=1,
     )
