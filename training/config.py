@@ -106,8 +106,8 @@ class TrainingConfig:
     # facts (bench/README.md, "The teacher only where the lesson changes the answer").
     # "lesson_edits": as "lesson_changes", but each general answer is the base's own, edited by
     # the teacher where it finds the base's token unlikely (training/replay.py), so the answers
-    # keep the base's content and leave it only where the lessons do. On the test set 3 kinds of
-    # 5 deployed at 0.67-0.88 held out (the default: 0.12-0.67), their held-out answers right
+    # keep the base's content and leave it only where the lessons do. On the test set 4 runs of
+    # 8 deployed at 0.67-0.88 held out (the default: 0.12-0.67), their held-out answers right
     # less often than the base's; on the development set it ties "base" (bench/README.md,
     # "The base's answers, edited by the teacher").
     # Runs whose turns were all served with tools always use "base".
