@@ -18,7 +18,7 @@ def test_batched_greedy_replies_match_one_prompt_at_a_time(make_tiny_llama):
 
 
 # The same questions, each shown something before it (the lessons, in the guard's use).
-ANCHORS = [[3, 7, 5, 14, 15, 16], [3, 7, 5, 20], [3, 7, 5, 21, 22, 23, 24, 25]]
+ANCHORS = PROMPTS
 SHOWN = [
     [3, 40, 41, 42, 7, 5, 14, 15, 16],
     [3, 43, 7, 5, 20],
