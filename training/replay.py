@@ -19,7 +19,8 @@ reference only at the tokens where its answer leaves what the base would write. 
 choice, unless the teacher shown the lessons finds it unlikely. The teacher alone, shown
 reviewers' corrections as worked examples, copies their openers ("The answer to this question is
 rooted in...") onto questions the base answers outright ("12 times 3 is 36."), and a student
-pulled towards those answers stops stating facts (bench/README.md, "The base's answers, edited").
+pulled towards those answers stops stating facts (bench/README.md, "The base's answers, edited
+by the teacher").
 """
 
 import hashlib

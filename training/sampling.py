@@ -83,13 +83,7 @@ def pad_right(
     sequences: list[list[int]], pad_token_id: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask) [B, T] with each sequence padded on the right."""
-    width = max(len(sequence) for sequence in sequences)
-    input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long, device=device)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, sequence in enumerate(sequences):
-        input_ids[row, : len(sequence)] = torch.tensor(sequence, device=device)
-        attention_mask[row, : len(sequence)] = 1
-    return input_ids, attention_mask
+    return _padded(sequences, pad_token_id, device, left=False)
 
 
 def adapter_disabled(model: PreTrainedModel) -> contextlib.AbstractContextManager:
@@ -163,12 +157,19 @@ def _left_padded(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask) [B, T] with each sequence padded on the left, so that every
     row's next token is at the same column."""
+    return _padded(sequences, pad_token_id, device, left=True)
+
+
+def _padded(
+    sequences: list[list[int]], pad_token_id: int, device: torch.device, *, left: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(sequence) for sequence in sequences)
     input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long, device=device)
     attention_mask = torch.zeros_like(input_ids)
     for row, sequence in enumerate(sequences):
-        input_ids[row, width - len(sequence) :] = torch.tensor(sequence, device=device)
-        attention_mask[row, width - len(sequence) :] = 1
+        columns = slice(width - len(sequence), width) if left else slice(0, len(sequence))
+        input_ids[row, columns] = torch.tensor(sequence, device=device)
+        attention_mask[row, columns] = 1
     return input_ids, attention_mask
 
 
