@@ -11,9 +11,10 @@ Run from the repository root, in the project's virtualenv:
 Two sets, never mixed. The development set (6 kinds, 8 held-out questions) is the one every
 default (guard weight, learning rate, steps, candidates, worked examples, teacher prompt, the
 gate's tolerances) was chosen on; its figures say nothing about generality. A seventh kind,
-"also", was added later to weigh the preference term on a lesson the base mostly follows. The
-test set (6 other kinds, 24 held-out factual questions, each with the fact its answer must keep)
-is never tuned on: the README's figures come from it.
+"also", was added later to weigh the preference term on a lesson the base mostly follows, and
+16 factual questions the base answers right (24 held out in all), so that a default chosen there
+is judged on the facts it keeps too. The test set (6 other kinds, 24 held-out factual questions,
+each with the fact its answer must keep) is never tuned on: the README's figures come from it.
 
 For each kind, as a team would give it, and for each seed:
 - 16 questions answered by the bundled SmolLM2-135M-Instruct (greedy, as served); each answer
@@ -31,7 +32,7 @@ For each kind, as a team would give it, and for each seed:
   baselines and of the adapter: the feedback as a system prompt (what a user tries first), the
   feedback in the user turn, and the teacher's own prompt (the hint with the 4 worked examples:
   what the adapter is meant to bake in, with no prompt tokens); answer correctness (the share of
-  held-out answers that keep their fact, test set only) of the base and the adapter, since a
+  held-out factual answers that keep their fact) of the base and the adapter, since a
   check alone can be passed by a degenerate answer; and the gate's general facts.
 
 Library code only (transformers, no Django, no vLLM): minutes are this process's wall clock on
@@ -90,6 +91,10 @@ class HeldOut:
     question: str
     fact: str | None = None  # a pattern the answer must match to be correct; None: not judged
 
+    def kept_by(self, reply: str) -> bool:
+        """Whether `reply` keeps the fact (judged questions only)."""
+        return bool(self.fact and re.search(self.fact, reply))
+
 
 def _first_sentence(text: str) -> str:
     return re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
@@ -127,6 +132,27 @@ DEV_HELD_OUT_QUESTIONS = (
     "What causes thunder?",
     "How can I remember names better?",
     "Why do onions make you cry?",
+)
+# Factual questions the base answers right, none of them in the test set, the gate's facts or
+# the forgetting guard's prompts: without them the development set judged no answer's
+# correctness, and a default could be chosen there that breaks facts.
+DEV_HELD_OUT_FACTS = (
+    HeldOut("What is the capital of Sweden?", r"(?i)\bstockholm\b"),
+    HeldOut("What is the capital of the Netherlands?", r"(?i)\bamsterdam\b"),
+    HeldOut("What is the capital of Ireland?", r"(?i)\bdublin\b"),
+    HeldOut("What is the capital of India?", r"(?i)\bnew delhi\b"),
+    HeldOut("What is the capital of China?", r"(?i)\bbeijing\b"),
+    HeldOut("What is the capital of Egypt?", r"(?i)\bcairo\b"),
+    HeldOut("What is the capital of Greece?", r"(?i)\bathens\b"),
+    HeldOut("What is the capital of Australia?", r"(?i)\bcanberra\b"),
+    HeldOut("What is the capital of Canada?", r"(?i)\bottawa\b"),
+    HeldOut("Who wrote Pride and Prejudice?", r"(?i)\baust[ei]n\b"),
+    HeldOut("What is the longest river in Africa?", r"(?i)\bnile\b"),
+    HeldOut("Who developed the theory of relativity?", r"(?i)\beinstein\b"),
+    HeldOut("Which planet is known as the Red Planet?", r"(?i)\bmars\b"),
+    HeldOut("What language is spoken in France?", r"(?i)\bfrench\b"),
+    HeldOut("Who discovered penicillin?", r"(?i)\bfleming\b"),
+    HeldOut("What is the chemical symbol for oxygen?", r"\bO\b"),
 )
 
 
@@ -265,7 +291,11 @@ TEST_KINDS = (
 )
 
 SETS = {
-    "dev": (DEV_KINDS, DEV_TRAIN_QUESTIONS, tuple(HeldOut(q) for q in DEV_HELD_OUT_QUESTIONS)),
+    "dev": (
+        DEV_KINDS,
+        DEV_TRAIN_QUESTIONS,
+        (*(HeldOut(q) for q in DEV_HELD_OUT_QUESTIONS), *DEV_HELD_OUT_FACTS),
+    ),
     "test": (TEST_KINDS, TEST_TRAIN_QUESTIONS, TEST_HELD_OUT),
 }
 
@@ -292,12 +322,10 @@ def adherence(replies: list[str], check: dict) -> float:
 
 def correctness(replies: list[str], held_out: Sequence[HeldOut]) -> float | None:
     """The share of judged answers that keep their fact; None when the set judges none."""
-    judged = [
-        (reply, item.fact) for reply, item in zip(replies, held_out, strict=True) if item.fact
-    ]
+    judged = [(reply, item) for reply, item in zip(replies, held_out, strict=True) if item.fact]
     if not judged:
         return None
-    return sum(bool(re.search(fact, reply)) for reply, fact in judged) / len(judged)
+    return sum(item.kept_by(reply) for reply, item in judged) / len(judged)
 
 
 def user(question: str) -> list[dict]:
@@ -458,6 +486,12 @@ def run_kind(
             for item in report["regression"]["items"]
             if item["status"] == "regressed"
         ],
+        # Held-out questions whose fact the base kept and the adapter lost, with its answer.
+        "lost": [
+            (item.question, after)
+            for item, before, after in zip(held_out, base_replies, adapter_replies, strict=True)
+            if item.kept_by(before) and not item.kept_by(after)
+        ],
     }
 
 
@@ -567,6 +601,8 @@ def main() -> None:
                 print(f"    candidate after step {step}: {reason}", flush=True)
             for prompt, reply in row["broken"]:
                 print(f"    fact broken: {prompt!r} -> {reply!r}", flush=True)
+            for question, reply in row["lost"]:
+                print(f"    held-out fact lost: {question!r} -> {reply[:160]!r}", flush=True)
         table.append(summary_row(kind, rows))
         print(table[-1], flush=True)
     print("\n".join(table))
