@@ -8,7 +8,11 @@ from collections.abc import Mapping
 
 # A fixed general set: short questions the bundled base model answers correctly (each check
 # names the fact), so an adapter that breaks one has damaged knowledge the feedback never touched.
-# Checks are loose on purpose: "Answer: Paris." and "It is Paris" both keep the fact.
+# Checks are loose on purpose: "Answer: Paris." and "It is Paris" both keep the fact. The second
+# eleven were added when 11 proved too few to see a loss: on bench/learning.py's development set
+# an adapter taught to answer in bullets kept all of the first eleven and lost 6 of 16 other
+# facts ("- Sweden is a Scandinavian country..."), 5 of them capitals (bench/README.md, "The
+# gate's facts"). None is a question of bench/learning.py's held-out sets or of the guard.
 GENERAL_REGRESSION_PROMPTS: tuple[tuple[str, str], ...] = (
     ("What is the capital of France?", r"(?i)\bparis\b"),
     ("Who painted the Mona Lisa?", r"(?i)\bleonardo\b|\bda vinci\b"),
@@ -21,6 +25,17 @@ GENERAL_REGRESSION_PROMPTS: tuple[tuple[str, str], ...] = (
     ("What is the chemical symbol for gold?", r"\bAu\b"),
     ("How many continents are there on Earth?", r"(?i)\b(7|seven)\b"),
     ("What gas do plants take in from the air?", r"(?i)carbon dioxide|\bCO2\b|CO₂"),
+    ("What is the capital of Russia?", r"(?i)\bmoscow\b"),
+    ("What is the capital of Poland?", r"(?i)\bwarsaw\b"),
+    ("What is the capital of Austria?", r"(?i)\bvienna\b"),
+    ("What is the capital of South Korea?", r"(?i)\bseoul\b"),
+    ("What is the capital of Kenya?", r"(?i)\bnairobi\b"),
+    ("What is the capital of Peru?", r"(?i)\blima\b"),
+    ("Who invented the telephone?", r"(?i)\bbell\b"),
+    ("Who was the first person to walk on the Moon?", r"(?i)\barmstrong\b"),
+    ("What language is spoken in Germany?", r"(?i)\bgerman\b"),
+    ("What is the chemical symbol for iron?", r"\bFe\b"),
+    ("What is the currency of the United States?", r"(?i)\bdollars?\b"),
 )
 
 # The forgetting guard's prompts (training/replay.py: the base's own answers to them are the

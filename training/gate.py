@@ -39,9 +39,9 @@ class GateThresholds:
     # Below 1/(held-out items) it refuses any net loss of a held-out item.
     max_held_out_adherence_drop: float = Field(0.1, ge=0.0, le=1.0)
     # Regression prompts (general facts, approved good traces) that the serving adapter
-    # answered right and the candidate gets wrong; one is tolerated as greedy-decoding noise on
-    # a small set.
-    max_regression_failures: int = Field(1, ge=0, le=1000)
+    # answered right and the candidate gets wrong; a few are tolerated as greedy-decoding noise:
+    # 2 of the 22 general facts, the share 1 of the first 11 was.
+    max_regression_failures: int = Field(2, ge=0, le=1000)
     # Mean per-token KL(base || adapter) on approved good replies, in nats: how far the adapter
     # drifted on traffic the feedback did not ask to change.
     max_mean_drift: float = Field(1.0, ge=0.0, le=100.0)

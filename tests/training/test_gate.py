@@ -56,11 +56,11 @@ def test_held_out_generalisation_is_required_only_when_the_project_asks():
 
 
 def test_broken_regression_prompts_fail_the_gate():
-    report = _report({"fixed": 4}, regression={"summary": {"regressed": 2, "still passing": 6}})
+    report = _report({"fixed": 4}, regression={"summary": {"regressed": 3, "still passing": 19}})
     passes, reason = gate_decision(report, GateThresholds())
     assert not passes
-    assert "2 regression prompt(s) answered right by the serving model and wrong after" in reason
-    assert gate_decision(report, GateThresholds(max_regression_failures=2))[0]
+    assert "3 regression prompt(s) answered right by the serving model and wrong after" in reason
+    assert gate_decision(report, GateThresholds(max_regression_failures=3))[0]
 
 
 def test_drift_from_the_base_beyond_the_limit_fails_the_gate():
@@ -231,13 +231,13 @@ def test_the_held_out_tolerance_is_bounded_and_comes_from_settings():
 def test_a_fact_the_serving_model_answers_and_the_candidate_breaks_is_refused():
     report = _lessons_report(
         _lesson("answer in french", {"fixed": 4}),
-        regression={"summary": {"regressed": 2, "still passing": 9}},
+        regression={"summary": {"regressed": 3, "still passing": 19}},
     )
 
     passes, reason = gate_decision(report, GateThresholds())
 
     assert not passes
-    assert "2 regression prompt(s) answered right by the serving model and wrong after" in reason
+    assert "3 regression prompt(s) answered right by the serving model and wrong after" in reason
 
 
 def test_adherence_is_the_share_passing_on_each_side():
