@@ -11,8 +11,9 @@ from collections.abc import Mapping
 # Checks are loose on purpose: "Answer: Paris." and "It is Paris" both keep the fact. The second
 # eleven were added when 11 proved too few to see a loss: on bench/learning.py's development set
 # an adapter taught to answer in bullets kept all of the first eleven and lost 6 of 16 other
-# facts ("- Sweden is a Scandinavian country..."), 5 of them capitals (bench/README.md, "The
-# gate's facts"). None is a question of bench/learning.py's held-out sets or of the guard.
+# facts ("- Sweden is a Scandinavian country..."), 5 of them capitals (bench/README.md,
+# "Factual questions in the development set, and the gate's facts"). None is a question of
+# bench/learning.py's held-out sets or of the guard.
 GENERAL_REGRESSION_PROMPTS: tuple[tuple[str, str], ...] = (
     ("What is the capital of France?", r"(?i)\bparis\b"),
     ("Who painted the Mona Lisa?", r"(?i)\bleonardo\b|\bda vinci\b"),
