@@ -14,6 +14,7 @@ All math runs in float32 whatever the logits' dtype, so bf16 training loses noth
 """
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,29 @@ def masked_token_nll(
     return _masked_mean(token_nll, loss_mask[:, 1:])
 
 
+class TopkTailReference(NamedTuple):
+    """The teacher's side of the top-k + tail KL, computed once: its k most likely token ids at
+    each position ([B, T, k]) and its log-probabilities over those k buckets and the tail
+    ([B, T, k+1], float32)."""
+
+    top_ids: torch.Tensor
+    log_buckets: torch.Tensor
+
+
+def topk_tail_reference(teacher_logits: torch.Tensor, k: int) -> TopkTailReference:
+    """The buckets of `per_token_topk_tail_kl` read off the teacher (detached): a frozen
+    teacher's can be kept and reused against the student as it trains."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, not {k}")
+    k = min(k, teacher_logits.shape[-1])
+    teacher_logprobs = F.log_softmax(teacher_logits.detach().float(), dim=-1)
+    teacher_top_logprobs, top_ids = teacher_logprobs.topk(k, dim=-1)
+    log_buckets = torch.cat(
+        [teacher_top_logprobs, _log_tail_mass(teacher_logprobs, top_ids)], dim=-1
+    )
+    return TopkTailReference(top_ids, log_buckets)
+
+
 def per_token_topk_tail_kl(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, k: int
 ) -> torch.Tensor:
@@ -49,19 +73,25 @@ def per_token_topk_tail_kl(
     The teacher is detached: gradients reach the student only.
     """
     _require_same_shape(student_logits, teacher_logits, "student_logits", "teacher_logits")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, not {k}")
-    k = min(k, student_logits.shape[-1])
-    teacher_logprobs = F.log_softmax(teacher_logits.detach().float(), dim=-1)
-    student_logprobs = F.log_softmax(student_logits.float(), dim=-1)
+    return per_token_kl_to_reference(student_logits, topk_tail_reference(teacher_logits, k))
 
-    teacher_top_logprobs, top_ids = teacher_logprobs.topk(k, dim=-1)
-    teacher_buckets = torch.cat(
-        [teacher_top_logprobs, _log_tail_mass(teacher_logprobs, top_ids)], dim=-1
+
+def per_token_kl_to_reference(
+    student_logits: torch.Tensor, reference: TopkTailReference
+) -> torch.Tensor:
+    """`per_token_topk_tail_kl` against buckets computed earlier ([B, T, V] -> [B, T])."""
+    _require_same_shape(
+        student_logits[..., 0],
+        reference.top_ids[..., 0],
+        "student_logits[..., 0]",
+        "top_ids[..., 0]",
     )
+    student_logprobs = F.log_softmax(student_logits.float(), dim=-1)
+    top_ids = reference.top_ids
     student_buckets = torch.cat(
         [student_logprobs.gather(-1, top_ids), _log_tail_mass(student_logprobs, top_ids)], dim=-1
     )
+    teacher_buckets = reference.log_buckets
     return (teacher_buckets.exp() * (teacher_buckets - student_buckets)).sum(dim=-1)
 
 
@@ -71,6 +101,14 @@ def topk_tail_kl(
     """`per_token_topk_tail_kl` averaged over the positions where `mask` is set (scalar)."""
     _require_same_shape(student_logits[..., 0], mask, "student_logits[..., 0]", "mask")
     return _masked_mean(per_token_topk_tail_kl(student_logits, teacher_logits, k), mask)
+
+
+def topk_tail_kl_to(
+    student_logits: torch.Tensor, reference: TopkTailReference, mask: torch.Tensor
+) -> torch.Tensor:
+    """`topk_tail_kl` against a teacher's buckets computed earlier (scalar)."""
+    _require_same_shape(student_logits[..., 0], mask, "student_logits[..., 0]", "mask")
+    return _masked_mean(per_token_kl_to_reference(student_logits, reference), mask)
 
 
 def sequence_logprobs(

@@ -47,7 +47,15 @@ from transformers import (
 
 from training.chat import Message, build_example, render_prompt
 from training.config import TrainingConfig
-from training.losses import dpo_loss, masked_token_nll, sequence_logprobs, topk_tail_kl
+from training.losses import (
+    TopkTailReference,
+    dpo_loss,
+    masked_token_nll,
+    sequence_logprobs,
+    topk_tail_kl,
+    topk_tail_kl_to,
+    topk_tail_reference,
+)
 from training.sampling import adapter_disabled, generate_replies, pad_right, reply_logits
 
 ProgressCallback = Callable[[int, int, float, float, float], None]
@@ -239,6 +247,10 @@ def train(
     session_tokens = 0
     stopped = False
     checkpoints: list[Path] = []
+    # The guard's reference per (replay batch, pass): the base is frozen and the replies fixed,
+    # so it is computed the first time a batch comes round and reused after. It was most of a
+    # step's time when the reference is the base under the lessons' long context.
+    guard_references: dict[tuple[int | None, int], TopkTailReference] = {}
     for step in range(start_step, total_steps):
         if should_stop is not None and should_stop():
             stopped = True
@@ -253,11 +265,13 @@ def train(
         ]
         if config.mode == "distill":
             batches = [_with_student_samples(model, tokenizer, batch, config) for batch in batches]
-        guard_step = [
-            [guard[index] for index in guard_batches[(first_micro + micro) % len(guard_batches)]]
-            if use_guard
-            else []
+        guard_ids = [
+            (first_micro + micro) % len(guard_batches) if use_guard else None
             for micro in range(len(batches))
+        ]
+        guard_step = [
+            [guard[index] for index in guard_batches[guard_id]] if guard_id is not None else []
+            for guard_id in guard_ids
         ]
         main_tokens = sum(_reply_tokens(batch) for batch in batches)
         guard_tokens = sum(_reply_tokens(batch) for batch in guard_step)
@@ -268,20 +282,25 @@ def train(
         # micro-batch is split into change nothing but memory. One backward per pass: only
         # one pass's activations are held at a time.
         step_loss = 0.0
-        for batch, guard_batch in zip(batches, guard_step, strict=True):
+        for batch, guard_id, guard_batch in zip(batches, guard_ids, guard_step, strict=True):
             for part in _passes(batch, budget):
                 if config.mode == "sft":
                     loss = _sft_loss(model, part, pad_token_id)
                 else:
                     loss = _teacher_kl(model, part, pad_token_id, config.top_k)
                 step_loss += _backward(loss * _reply_tokens(part) / main_tokens)
-            for part in _passes(guard_batch, budget):
+            for part_index, part in enumerate(_passes(guard_batch, budget)):
+                key = (guard_id, part_index)
+                if key not in guard_references:
+                    guard_references[key] = _guard_reference(
+                        model,
+                        part,
+                        pad_token_id,
+                        config.top_k,
+                        teacher_where_it_differs=config.guard_reference in TEACHER_WHERE_IT_DIFFERS,
+                    )
                 loss = _base_kl(
-                    model,
-                    part,
-                    pad_token_id,
-                    config.top_k,
-                    teacher_where_it_differs=config.guard_reference in TEACHER_WHERE_IT_DIFFERS,
+                    model, part, pad_token_id, config.top_k, reference=guard_references[key]
                 )
                 share = _reply_tokens(part) / guard_tokens
                 step_loss += _backward(config.base_kl_weight * loss * share)
@@ -380,9 +399,30 @@ def _base_kl(
     k: int,
     *,
     teacher_where_it_differs: bool = False,
+    reference: TopkTailReference | None = None,
 ) -> torch.Tensor:
-    """Forgetting guard: KL(base || student) on replay replies, the base under the teacher's
-    context where the example has one, else under the student's.
+    """Forgetting guard: KL(base || student) on replay replies, against `reference` (the
+    base's side, `_guard_reference`), computed here when not given."""
+    if reference is None:
+        reference = _guard_reference(
+            model, batch, pad_token_id, k, teacher_where_it_differs=teacher_where_it_differs
+        )
+    prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
+    student_logits, mask = reply_logits(model, prompts, replies, pad_token_id)
+    return topk_tail_kl_to(student_logits, reference, mask)
+
+
+def _guard_reference(
+    model: PeftModel,
+    batch: list[_Tokens],
+    pad_token_id: int,
+    k: int,
+    *,
+    teacher_where_it_differs: bool = False,
+) -> TopkTailReference:
+    """The guard's reference on replay replies: the base under the teacher's context where the
+    example has one, else under the student's. The base is frozen and the replies fixed, so a
+    run computes it once per replay batch and reuses it each time the guard comes round.
 
     With `teacher_where_it_differs`, the teacher's context is the reference only at the reply
     tokens the base under the student's own context would not have chosen (where the lessons
@@ -399,8 +439,7 @@ def _base_kl(
             reply_ids, _ = pad_right(replies, pad_token_id, model.device)
             base_agrees = bare_logits.argmax(dim=-1) == reply_ids
             base_logits = torch.where(base_agrees[..., None], bare_logits, base_logits)
-    student_logits, mask = reply_logits(model, prompts, replies, pad_token_id)
-    return topk_tail_kl(student_logits, base_logits, mask, k)
+        return topk_tail_reference(base_logits, k)
 
 
 def _preference_loss(

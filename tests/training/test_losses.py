@@ -10,6 +10,8 @@ from training.losses import (
     per_token_topk_tail_kl,
     sequence_logprobs,
     topk_tail_kl,
+    topk_tail_kl_to,
+    topk_tail_reference,
 )
 
 
@@ -307,3 +309,22 @@ def test_dpo_loss_rejects_mismatched_shapes_and_a_beta_of_zero():
         dpo_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(3), 0.1)
     with pytest.raises(ValueError, match="beta"):
         dpo_loss(torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2), 0.0)
+
+
+def test_the_kl_against_a_kept_reference_is_the_kl_against_the_teacher_s_logits():
+    """The guard keeps a frozen teacher's buckets and reuses them: the loss and the student's
+    gradient are the same as from the teacher's logits."""
+    torch.manual_seed(0)
+    teacher = torch.randn(2, 4, 10)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    student_a = torch.randn(2, 4, 10, requires_grad=True)
+    student_b = student_a.detach().clone().requires_grad_(True)
+
+    direct = topk_tail_kl(student_a, teacher, mask, k=3)
+    kept = topk_tail_kl_to(student_b, topk_tail_reference(teacher, k=3), mask)
+    direct.backward()
+    kept.backward()
+
+    assert direct.item() > 0.0
+    assert kept.item() == pytest.approx(direct.item(), rel=1e-6)
+    assert torch.allclose(student_a.grad, student_b.grad)

@@ -367,6 +367,49 @@ def test_the_forgetting_guard_keeps_regression_replies_closer_to_the_base(make_s
     assert drifts[1] < drifts[0]
 
 
+def test_the_guard_s_reference_is_kept_per_replay_batch_and_trains_as_recomputed(
+    make_student, tokenizer, monkeypatch
+):
+    """The base is frozen and the replay replies fixed, so the guard's reference is computed
+    the first time a replay batch comes round and kept: fewer base passes, the same run as one
+    that recomputes it at every visit."""
+    import training.trainer as trainer
+
+    replay = [
+        Example(_user(question), {"role": "assistant", "content": "yes"}) for question in QUESTIONS
+    ]
+    config = _sft_config(epochs=6, base_kl_weight=1.0)
+    real_reference, real_kl = trainer._guard_reference, trainer._base_kl
+    references, visits = [], []
+
+    def counting_references(*args, **kwargs):
+        references.append(args[1])
+        return real_reference(*args, **kwargs)
+
+    def counting_visits(*args, **kwargs):
+        visits.append(args[1])
+        return real_kl(*args, **kwargs)
+
+    def recomputing(*args, reference=None, **kwargs):
+        return counting_visits(*args, **kwargs)  # the kept reference ignored: computed again
+
+    monkeypatch.setattr(trainer, "_guard_reference", counting_references)
+    monkeypatch.setattr(trainer, "_base_kl", counting_visits)
+    kept = train(make_student(config), tokenizer, config, examples=_examples()[:2], replay=replay)
+    kept_references, kept_visits = len(references), len(visits)
+    references.clear()
+    monkeypatch.setattr(trainer, "_base_kl", recomputing)
+    recomputed = train(
+        make_student(config), tokenizer, config, examples=_examples()[:2], replay=replay
+    )
+
+    # The 6 replay examples make 3 batches of 2, each visited more than once; the second run
+    # computed its reference at every visit too.
+    assert kept_references == 3 < kept_visits
+    assert len(references) == kept_references + kept_visits
+    assert kept.loss_curve == pytest.approx(recomputed.loss_curve, rel=1e-5)
+
+
 def _regression_drift(model, tokenizer, regression):
     from training.trainer import _example_tokens
 
