@@ -114,10 +114,10 @@ class TrainingConfig:
     # a fourth ("Factual questions in the development set"); the full-loop test's adapter
     # under it broke 2 facts. With the gate's 22 facts it deploys the same 3 development kinds
     # of 4 as "base", facts kept as often, the lessons at 0.88-0.96 held out (the default:
-    # 0.21-0.92): it leads where defaults are chosen. Not the default yet for its cost: the
-    # full-loop test's run under it did not finish in that test's 20 minutes, before the guard
-    # kept its reference per replay batch (bench/README.md, '"lesson_edits" with the gate's 22
-    # facts, and what it costs').
+    # 0.21-0.92): it leads where defaults are chosen. Not the default, for facts: since the
+    # guard keeps its reference per replay batch the full-loop test's retrain under it fits
+    # (368 s), but the gate refused its adapter for 3 of 22 facts broken, where "base" deploys
+    # (bench/README.md, '"lesson_edits" with the gate's 22 facts, and what it costs').
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
