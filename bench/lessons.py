@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+import psycopg
 from product import PROXY_HEADERS, add_product_arguments, run_to_the_end, running_product, wait_for
 
 from training.config import StartFrom, TrainingConfig
@@ -43,8 +44,19 @@ MAX_ANSWER_TOKENS = 96
 TARGETS_TIMEOUT_S = 3600.0  # the teacher samples up to 16 revisions per feedback on CPU
 
 
-def _words(text: str, most: int) -> str:
-    return " ".join(text.split()[:most])
+def _sentences_within(text: str, most: int) -> str:
+    """The answer's first sentences that fit in `most` words, as a reviewer shortens an answer;
+    a first sentence longer than that is cut and closed with a full stop. (Cutting every answer
+    at `most` words taught "end with 'Hope this helps.'" to stop mid-sentence: the teacher
+    copied the cut corrections, and no run learned it.)"""
+    kept: list[str] = []
+    for sentence in re.split(r"(?<=[.!?])\s+", text.strip()):
+        if len(" ".join([*kept, sentence]).split()) > most:
+            break
+        kept.append(sentence)
+    if kept:
+        return " ".join(kept)
+    return " ".join(text.split()[:most]).rstrip(",;:") + "."
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,7 @@ LESSONS = (
         "short",
         "Keep your answer under 40 words.",
         {"kind": "max_words", "value": 40},
-        lambda text: _words(text, 32),
+        lambda text: _sentences_within(text, 32),
     ),
     Lesson(
         "prefix",
@@ -234,9 +246,49 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def retrain(product, after: str, max_seconds: float) -> dict:
+def print_targets(api: httpx.Client, lesson: Lesson, most: int = 4) -> None:
+    """What the newest lesson's run will train on: its first approved targets, as written."""
+    groups = api.get("/api/v1/targets", params={"state": "approved", "limit": 200}).json()
+    chosen = [
+        proposal
+        for group in groups["feedback"]
+        if group["feedback"] == lesson.feedback
+        for proposal in group["proposals"]
+        if proposal["id"] == group["chosen"]
+    ]
+    print(f"{len(chosen)} approved targets for {lesson.name!r}, the first {most}:")
+    for proposal in chosen[:most]:
+        print(f"  [{proposal['source']}] {_reply(proposal['target'])!r}")
+
+
+def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
+    """The newest lesson's trained items the candidate still fails, and how its answers end.
+    The API leaves a run's per-item results out of its `eval` (they are large), so they are
+    read from the scratch database the bench made."""
+    database_url = product.env["DATABASE_URL"]
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(
+            "SELECT metrics -> 'items' FROM reviewapp_trainingrun WHERE id = %s", [run["id"]]
+        ).fetchone()
+    items = [
+        item
+        for item in (row[0] if row else None) or []
+        if item.get("lesson") == lesson.feedback and not item["after"]["passed"]
+    ]
+    print(f"{len(items)} trained items of {lesson.name!r} failing after, the first {most}:")
+    for item in items[:most]:
+        print(f"  trace {item.get('trace_id')}: ...{item['after']['reply'][-160:]!r}")
+
+
+def _reply(message: dict | str) -> str:
+    return (message.get("content") or "") if isinstance(message, dict) else message
+
+
+def retrain(product, after: str, max_seconds: float, lesson: Lesson | None = None) -> dict:
     run, timeline, _ = run_to_the_end(product.api, {"mode": "sft"}, max_seconds)
     print_ledger(product.api, run, max(timeline.values()) / 60, after)
+    if lesson is not None:
+        print_unlearned(product, run, lesson)
     return run
 
 
@@ -282,7 +334,8 @@ def main() -> None:
             counts = wait_for_targets(product.api, trace_ids)
             print(f"\nlesson {lesson.name!r}: feedback {counts} after "
                   f"{(time.monotonic() - started) / 60:.1f} min", flush=True)  # fmt: skip
-            retrain(product, f"lesson {len(given)} ({lesson.name})", args.max_seconds)
+            print_targets(product.api, lesson)
+            retrain(product, f"lesson {len(given)} ({lesson.name})", args.max_seconds, lesson)
         if args.skip_contradiction:
             return
         trace_ids = []
