@@ -219,7 +219,10 @@ def print_ledger(api: httpx.Client, run: dict, minutes: float, after: str) -> No
     facts = (run["eval"].get("regression") or {}).get("summary") or {}
     print(
         f"\nafter {after}: run {run['status']} ({run.get('error') or 'no error'}); adapter "
-        f"{run['adapter']}; {facts.get('regressed', 0)} of {sum(facts.values())} facts broken; "
+        f"{run['adapter']}; {facts.get('regressed', 0)} of {sum(facts.values())} facts broken "
+        # The gate counts only facts that what serves answers right: those it lost earlier are
+        # "still failing", and lessons add up.
+        f"({facts.get('still failing', 0)} wrong already under what serves); "
         f"{minutes:.1f} min click -> end",
         flush=True,
     )
