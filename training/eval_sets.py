@@ -13,18 +13,21 @@ from collections.abc import Mapping
 # an adapter taught to answer in bullets kept all of the first eleven and lost 6 of 16 other
 # facts ("- Sweden is a Scandinavian country..."), 5 of them capitals (bench/README.md,
 # "Factual questions in the development set, and the gate's facts"). None is a question of
-# bench/learning.py's held-out sets or of the guard.
+# bench/learning.py's held-out sets or of the guard. Two of the first eleven the base never
+# answered right (Neptune the largest planet; the continents "129.99..."), so an adapter that
+# happened to answer one made the next candidate "break" it: they were replaced by the water
+# formula and Hamlet's author (tests/training/test_bundled_model.py keeps every fact answered).
 GENERAL_REGRESSION_PROMPTS: tuple[tuple[str, str], ...] = (
     ("What is the capital of France?", r"(?i)\bparis\b"),
     ("Who painted the Mona Lisa?", r"(?i)\bleonardo\b|\bda vinci\b"),
     ("What is the tallest mountain on Earth?", r"(?i)\beverest\b"),
     ("How many days are in a week?", r"(?i)\b(7|seven)\b"),
-    ("What is the largest planet in the solar system?", r"(?i)\bjupiter\b"),
+    ("What is the chemical formula for water?", r"H2O|H₂O"),
     ("What language is spoken in Brazil?", r"(?i)\bportuguese\b"),
     ("Who wrote Romeo and Juliet?", r"(?i)\bshakespeare\b"),
     ("What is the boiling point of water in Celsius?", r"\b100\b"),
     ("What is the chemical symbol for gold?", r"\bAu\b"),
-    ("How many continents are there on Earth?", r"(?i)\b(7|seven)\b"),
+    ("Who wrote Hamlet?", r"(?i)\bshakespeare\b"),
     ("What gas do plants take in from the air?", r"(?i)carbon dioxide|\bCO2\b|CO₂"),
     ("What is the capital of Russia?", r"(?i)\bmoscow\b"),
     ("What is the capital of Poland?", r"(?i)\bwarsaw\b"),
