@@ -36,6 +36,7 @@ import httpx
 import psycopg
 from product import PROXY_HEADERS, add_product_arguments, run_to_the_end, running_product, wait_for
 
+from training.chat import message_text
 from training.config import StartFrom, TrainingConfig
 
 BENCH_DATABASE = "apprentice_bench_lessons"
@@ -220,8 +221,8 @@ def print_ledger(api: httpx.Client, run: dict, minutes: float, after: str) -> No
     print(
         f"\nafter {after}: run {run['status']} ({run.get('error') or 'no error'}); adapter "
         f"{run['adapter']}; {facts.get('regressed', 0)} of {sum(facts.values())} facts broken "
-        # The gate counts only facts that what serves answers right: those it lost earlier are
-        # "still failing", and lessons add up.
+        # The gate counts only facts that what serves answers right: those lost earlier are
+        # "still failing", so losses could add up over versions.
         f"({facts.get('still failing', 0)} wrong already under what serves); "
         f"{minutes:.1f} min click -> end",
         flush=True,
@@ -261,7 +262,7 @@ def print_targets(api: httpx.Client, lesson: Lesson, most: int = 4) -> None:
     ]
     print(f"{len(chosen)} approved targets for {lesson.name!r}, the first {most}:")
     for proposal in chosen[:most]:
-        print(f"  [{proposal['source']}] {_reply(proposal['target'])!r}")
+        print(f"  [{proposal['source']}] {message_text(proposal['target'])!r}")
 
 
 def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
@@ -281,10 +282,6 @@ def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
     print(f"{len(items)} trained items of {lesson.name!r} failing after, the first {most}:")
     for item in items[:most]:
         print(f"  trace {item.get('trace_id')}: ...{item['after']['reply'][-160:]!r}")
-
-
-def _reply(message: dict | str) -> str:
-    return (message.get("content") or "") if isinstance(message, dict) else message
 
 
 def retrain(product, after: str, max_seconds: float, lesson: Lesson | None = None) -> dict:

@@ -7,8 +7,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from training.base_models import resolve_base_model
+from training.chat import render_prompt
 from training.eval_sets import general_regression_items
-from training.evaluation import MIN_EVAL_TOKENS
+from training.evaluation import generation_budget
+from training.repliers import InProcessReplier
 from training.targets import run_checks
 
 pytestmark = pytest.mark.slow
@@ -53,19 +55,23 @@ def test_second_resolve_reuses_the_converted_dir(model_dir, cache_dir):
 
 def test_the_base_answers_every_general_fact_the_gate_asks(model_dir):
     """A fact the base gets wrong is noise in the gate: an adapter that happens to answer it
-    makes the next candidate "break" it. The gate's budget for a fact is MIN_EVAL_TOKENS."""
+    makes the next candidate "break" it. Asked as the gate asks: its prompt, budget and replier."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
-    wrong = {}
-    for item in general_regression_items():
-        prompt = tokenizer.apply_chat_template(
-            item["context"], add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        with torch.no_grad():
-            output = model.generate(**prompt, max_new_tokens=MIN_EVAL_TOKENS, do_sample=False)
-        start = prompt["input_ids"].shape[1]
-        reply = tokenizer.decode(output[0, start:], skip_special_tokens=True).strip()
-        if not all(result.passed for result in run_checks(reply, item["checks"])):
-            wrong[item["prompt"]] = reply
+    items = general_regression_items()
+    prompts = [render_prompt(tokenizer, item["context"]) for item in items]
+    budgets = [generation_budget(tokenizer, None) for _ in items]
 
+    replies = InProcessReplier(tokenizer.eos_token_id).greedy_replies(
+        model,
+        prompts,
+        budgets,
+        adapter_on=True,  # a plain model: no adapter to turn off
+    )
+
+    wrong = {}
+    for item, reply in zip(items, replies, strict=True):
+        text = tokenizer.decode(reply, skip_special_tokens=True).strip()
+        if not all(result.passed for result in run_checks(text, item["checks"])):
+            wrong[item["prompt"]] = text
     assert wrong == {}
