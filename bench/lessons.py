@@ -217,14 +217,14 @@ def wait_for_targets(api: httpx.Client, trace_ids: list[str]) -> dict[str, int]:
 
 def print_ledger(api: httpx.Client, run: dict, minutes: float, after: str) -> None:
     lessons = api.get("/api/v1/lessons").json()["lessons"]
-    facts = (run["eval"].get("regression") or {}).get("summary") or {}
+    regression = run["eval"].get("regression") or {}
+    facts = regression.get("summary") or {}
+    lost = (regression.get("facts") or {}).get("lost_from_base") or []
     print(
         f"\nafter {after}: run {run['status']} ({run.get('error') or 'no error'}); adapter "
         f"{run['adapter']}; {facts.get('regressed', 0)} of {sum(facts.values())} facts broken "
-        # The gate counts only facts that what serves answers right: those lost earlier are
-        # "still failing", so losses could add up over versions.
-        f"({facts.get('still failing', 0)} wrong already under what serves); "
-        f"{minutes:.1f} min click -> end",
+        f"against what serves, {len(lost)} lost since the base{': ' if lost else ''}"
+        f"{'; '.join(lost)}; {minutes:.1f} min click -> end",
         flush=True,
     )
     # A lesson given later has no entry for the versions before it: those cells stay "-".

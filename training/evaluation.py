@@ -166,6 +166,15 @@ def evaluate_adapter(
     trained = [(row, item) for row, item in pairs if not item.get("held_out")]
     held_out_rows = [row for row, item in pairs if item.get("held_out")]
     drifts = [row["drift"] for row in regression_rows if "drift" in row]
+    facts = _facts_against_base(
+        model,
+        tokenizer,
+        regression_items,
+        regression_rows,
+        base_cache=base_cache,
+        replier=replier,
+        serving=serving,
+    )
     report: dict[str, Any] = {
         "feedback_items": summarize([row for row, _ in trained]),
         "items": [row for row, _ in trained],
@@ -174,12 +183,53 @@ def evaluate_adapter(
             "summary": summarize(regression_rows),
             "mean_drift": round(sum(drifts) / len(drifts), 4) if drifts else None,
             "items": regression_rows,
+            **({"facts": facts} if facts else {}),
         },
     }
     if held_out_rows:
         report["held_out"] = {"summary": summarize(held_out_rows), "items": held_out_rows}
     report["per_lesson"] = per_lesson(pairs)
     return report
+
+
+def _facts_against_base(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    *,
+    base_cache: dict | None,
+    replier: Replier | None,
+    serving: str | None,
+) -> dict[str, Any] | None:
+    """The general facts (`source` "general") against the base, not against what serves: how
+    many the base answers right and which of those the candidate answers wrong, whichever
+    version lost them first. Losses against what serves alone could add up version by version
+    with nothing bounding the sum. Marks each general row `right_by_base`. None for no facts."""
+    general = [index for index, item in enumerate(items) if item.get("source") == "general"]
+    if not general:
+        return None
+    if serving is None:  # the before side is the base already
+        right = [rows[index]["before"]["passed"] for index in general]
+    else:
+        base_cache = {} if base_cache is None else base_cache
+        replier = replier or InProcessReplier(tokenizer.eos_token_id)
+        facts = [items[index] for index in general]
+        budgets = [generation_budget(tokenizer, fact.get("original")) for fact in facts]
+        prompts = [render_prompt(tokenizer, fact["context"], fact.get("tools")) for fact in facts]
+        key = ("base replies", tuple(map(tuple, prompts)), tuple(budgets))
+        if key not in base_cache:  # the base's replies are the same for every candidate
+            base_cache[key] = replier.greedy_replies(model, prompts, budgets, adapter_on=False)
+        right = [
+            _checked(tokenizer, fact, reply)["passed"]
+            for fact, reply in zip(facts, base_cache[key], strict=True)
+        ]
+    lost = []
+    for index, right_by_base in zip(general, right, strict=True):
+        rows[index]["right_by_base"] = right_by_base
+        if right_by_base and not rows[index]["after"]["passed"]:
+            lost.append(rows[index].get("prompt") or "")
+    return {"asked": len(general), "right_by_base": sum(right), "lost_from_base": lost}
 
 
 def per_lesson(pairs: Sequence[tuple[dict, dict]]) -> list[dict[str, Any]]:
@@ -224,6 +274,19 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, int]:
     return {name: counts[name] for name in STATUSES}
 
 
+def _checked(tokenizer: PreTrainedTokenizerBase, item: dict[str, Any], reply: list[int]) -> dict:
+    """A reply's text and the item's checks on it."""
+    text = tokenizer.decode(reply, skip_special_tokens=True).strip()
+    results = run_checks(
+        assistant_message_from_text(text), item.get("checks") or [], context=item["context"]
+    )
+    return {
+        "reply": text,
+        "checks": [vars(result) for result in results],
+        "passed": all(result.passed for result in results),
+    }
+
+
 def _compare_batch(
     model: PeftModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -239,18 +302,9 @@ def _compare_batch(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     results = []
     for item, before, after in zip(items, replies_before, replies_after, strict=True):
-        checks = item.get("checks") or []
         sides = {}
         for side, reply in (("before", before), ("after", after)):
-            text = tokenizer.decode(reply, skip_special_tokens=True).strip()
-            check_results = run_checks(
-                assistant_message_from_text(text), checks, context=item["context"]
-            )
-            sides[side] = {
-                "reply": text,
-                "checks": [vars(result) for result in check_results],
-                "passed": all(result.passed for result in check_results),
-            }
+            sides[side] = _checked(tokenizer, item, reply)
         results.append(
             {**sides, "status": status(sides["before"]["passed"], sides["after"]["passed"])}
         )

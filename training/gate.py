@@ -3,7 +3,8 @@
 "Before" is what serves now (the deployed adapter, the base where none is): a candidate must be
 no worse than it. The report is what training/evaluation.py builds: per-status counts for the
 trained feedback items (`feedback_items`), a `held_out` and a `regression` section with a
-`summary` of the same counts (regression also carries `mean_drift`), and `per_lesson`, one row
+`summary` of the same counts (regression also carries `mean_drift` and `facts`: the general
+facts judged against the base, whatever serves), and `per_lesson`, one row
 per lesson (feedback grouped by its text) with its own trained and held-out counts. Fixed
 fractions are asked of each lesson, not of all feedback pooled: a lesson the candidate learned
 well does not hide one it did not. A report without `per_lesson` is judged as one lesson.
@@ -42,6 +43,11 @@ class GateThresholds:
     # answered right and the candidate gets wrong; a few are tolerated as greedy-decoding noise:
     # 2 of the 22 general facts, the share 1 of the first 11 was.
     max_regression_failures: int = Field(2, ge=0, le=1000)
+    # General facts the base answers right and the candidate gets wrong, whichever version lost
+    # them first: what every version together may cost. Losses against what serves alone
+    # could add up version by version (two here, two there) with nothing bounding the sum. The
+    # same 2 of 22: one version's greedy-decoding noise, not a per-version allowance.
+    max_facts_lost_from_base: int = Field(2, ge=0, le=1000)
     # Mean per-token KL(base || adapter) on approved good replies, in nats: how far the adapter
     # drifted on traffic the feedback did not ask to change.
     max_mean_drift: float = Field(1.0, ge=0.0, le=100.0)
@@ -101,6 +107,14 @@ def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
             f"{broken} regression prompt(s) answered right by the serving model and wrong after "
             f"(allowed: {thresholds.max_regression_failures})"
         )
+    lost = (regression.get("facts") or {}).get("lost_from_base") or []
+    if len(lost) > thresholds.max_facts_lost_from_base:
+        failures.append(
+            f"{len(lost)} general fact(s) the base answers right are wrong after "
+            f"(allowed: {thresholds.max_facts_lost_from_base}): "
+            + ", ".join(f'"{prompt}"' for prompt in lost[:3])
+            + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+        )
     drift = regression.get("mean_drift")
     if drift is not None and drift > thresholds.max_mean_drift:
         failures.append(
@@ -119,6 +133,8 @@ def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
         summary += f"; {len(lessons)} lessons each kept"
     if regression:
         summary += f"; regression prompts: {broken} broken"
+        if "facts" in regression:
+            summary += f", {len(lost)} fact(s) lost since the base"
         if drift is not None:
             summary += f", drift {drift:.3f}"
     return True, summary

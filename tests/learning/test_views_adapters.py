@@ -192,6 +192,8 @@ def test_held_out_per_tag_and_regression_sections_show_when_present(project, tra
         "regression": {
             "summary": {"fixed": 0, "still failing": 0, "regressed": 1, "still passing": 1},
             "mean_drift": 0.0312,
+            "facts": {"asked": 22, "right_by_base": 22,
+                      "lost_from_base": ["Who wrote Hamlet?"]},
             "items": [
                 {"source": "general", "prompt": "What is the capital of France?",
                  "status": "still passing", "before": {"reply": "Paris."},
@@ -209,6 +211,8 @@ def test_held_out_per_tag_and_regression_sections_show_when_present(project, tra
     assert "Say it in French." in html
     assert "fixed 0 · still failing 1 · regressed 0 · still passing 0" in html  # held out
     assert "capital of France" in html and "mean drift from base 0.0312" in html
+    assert "lost since the base (by this version or an earlier one): 1 of the 22" in html
+    assert '"Who wrote Hamlet?"' in html
     assert f"/p/acme/traces/{trace.pk}/" in html
     assert "policy_timeout 3" in html  # what the training data left out
 

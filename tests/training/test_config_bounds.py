@@ -35,6 +35,7 @@ def test_the_numeric_fields_are_found():
         "min_held_out_fixed_fraction",
         "max_held_out_adherence_drop",
         "max_regression_failures",
+        "max_facts_lost_from_base",
         "max_mean_drift",
     }
 

@@ -172,6 +172,41 @@ def test_an_item_the_serving_adapter_passes_and_the_candidate_fails_has_regresse
     assert results[0]["divergence_before"] != results[0]["divergence_after"]
 
 
+def test_a_fact_an_earlier_version_lost_is_counted_lost_from_the_base(yes_sayer, tmp_path):
+    """The yes-sayer serves and the candidate answers yes as well: a fact whose right answer
+    is anything but "yes" is "still failing" against what serves, and lost against the base,
+    which answers it right. Feedback items are not facts; nor are other regression prompts."""
+    from training.evaluation import SERVING_ADAPTER, evaluate_adapter
+
+    model, tokenizer = yes_sayer
+    model.save_pretrained(tmp_path / "serving")
+    model.load_adapter(str(tmp_path / "serving"), adapter_name=SERVING_ADAPTER)
+    not_yes = [{"kind": "not_regex", "value": "^yes$"}]
+    facts = [
+        {"source": "general", "prompt": q, "context": _user(q), "checks": not_yes}
+        for q in QUESTIONS[:2]
+    ]
+    trace = {"source": "trace", "prompt": "say hello", "context": _user("say hello")}
+    feedback = [{"context": _user(QUESTIONS[2]), "checks": not_yes, "lesson": "Not yes."}]
+
+    report = evaluate_adapter(
+        model, tokenizer, feedback, [*facts, {**trace, "checks": not_yes}], serving="serving"
+    )
+
+    regression = report["regression"]
+    assert regression["summary"]["still failing"] == 3
+    assert regression["facts"] == {
+        "asked": 2,
+        "right_by_base": 2,
+        "lost_from_base": QUESTIONS[:2],
+    }
+    assert [row.get("right_by_base") for row in regression["items"]] == [True, True, None]
+    # With the base serving, the before side is the base's: no second generation needed.
+    base_report = evaluate_adapter(model, tokenizer, [], facts)
+    assert base_report["regression"]["facts"]["lost_from_base"] == QUESTIONS[:2]
+    assert [row["status"] for row in base_report["regression"]["items"]] == ["regressed"] * 2
+
+
 def test_items_are_counted_per_lesson_grouped_by_text_without_case_or_spacing(yes_sayer):
     from training.evaluation import evaluate_adapter
 

@@ -63,6 +63,29 @@ def test_broken_regression_prompts_fail_the_gate():
     assert gate_decision(report, GateThresholds(max_regression_failures=3))[0]
 
 
+def test_facts_lost_by_earlier_versions_count_against_the_candidate():
+    # Two facts lost by the version that serves (they fail before and after: "still failing"
+    # against it) and one more by the candidate: within the 2 allowed against what serves,
+    # three against the base.
+    lost = ["What is the capital of Peru?", "Who wrote Hamlet?", "What is 7 times 8?"]
+    regression = {
+        "summary": {"regressed": 1, "still failing": 2, "still passing": 19},
+        "facts": {"asked": 22, "right_by_base": 22, "lost_from_base": lost},
+    }
+    passes, reason = gate_decision(_report({"fixed": 4}, regression=regression), GateThresholds())
+    assert not passes
+    assert (
+        '3 general fact(s) the base answers right are wrong after (allowed: 2): "What is the '
+        'capital of Peru?", "Who wrote Hamlet?", "What is 7 times 8?"'
+    ) in reason
+    assert "regression prompt(s)" not in reason
+    passes, reason = gate_decision(
+        _report({"fixed": 4}, regression=regression), GateThresholds(max_facts_lost_from_base=3)
+    )
+    assert passes
+    assert "3 fact(s) lost since the base" in reason
+
+
 def test_drift_from_the_base_beyond_the_limit_fails_the_gate():
     report = _report({"fixed": 4}, regression={"summary": {}, "mean_drift": 1.7})
     passes, reason = gate_decision(report, GateThresholds(max_mean_drift=1.5))
