@@ -6,6 +6,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
     python bench/lessons.py                        # 4 compatible lessons, then a contradicting pair
     python bench/lessons.py --lessons 2 --per-lesson 8
     python bench/lessons.py --start-from base      # each retrain from the base, not what serves
+    python bench/lessons.py --retrain-after 1 2 4 --min-steps 48   # two new lessons in one retrain
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default settings but one: "checks pass"
@@ -284,10 +285,10 @@ def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
         print(f"  trace {item.get('trace_id')}: ...{item['after']['reply'][-160:]!r}")
 
 
-def retrain(product, after: str, max_seconds: float, lesson: Lesson | None = None) -> dict:
+def retrain(product, after: str, max_seconds: float, new: tuple[Lesson, ...] = ()) -> dict:
     run, timeline, _ = run_to_the_end(product.api, {"mode": "sft"}, max_seconds)
     print_ledger(product.api, run, max(timeline.values()) / 60, after)
-    if lesson is not None:
+    for lesson in new:
         print_unlearned(product, run, lesson)
     return run
 
@@ -306,10 +307,26 @@ def main() -> None:
     )
     add_product_arguments(parser)
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
+    parser.add_argument(
+        "--retrain-after",
+        type=int,
+        nargs="*",
+        help="retrain once this many lessons are given (default: after each); 1 2 4 gives "
+        "the third and fourth lessons to one retrain",
+    )
+    parser.add_argument(
+        "--min-steps",
+        type=int,
+        default=TrainingConfig().min_steps,
+        help="the project's training.min_steps: the fewest updates a retrain makes",
+    )
     args = parser.parse_args()
     needed = args.per_lesson * (args.lessons + len(CONTRADICTING))
     if not 1 <= args.lessons <= len(LESSONS) or needed > len(QUESTIONS):
         parser.error(f"at most {len(LESSONS)} lessons and {len(QUESTIONS)} questions in all")
+    retrain_after = set(args.retrain_after or range(1, args.lessons + 1))
+    if not retrain_after <= set(range(1, args.lessons + 1)) or args.lessons not in retrain_after:
+        parser.error(f"--retrain-after: counts of 1 to {args.lessons}, {args.lessons} among them")
 
     with running_product(
         admin_url=args.admin_url,
@@ -320,13 +337,19 @@ def main() -> None:
     ) as product:
         product.api.patch(
             "/api/v1/settings",
-            json={"auto_approve": "checks_pass", "training": {"start_from": args.start_from}},
+            json={
+                "auto_approve": "checks_pass",
+                "training": {"start_from": args.start_from, "min_steps": args.min_steps},
+            },
         ).raise_for_status()
-        print(f"every retrain starts from {args.start_from}", flush=True)
+        print(f"every retrain starts from {args.start_from}, {args.min_steps} updates at least; "
+              f"retrains after lessons {sorted(retrain_after)}", flush=True)  # fmt: skip
         questions = iter(QUESTIONS)
         given: list[Lesson] = []
+        new: list[Lesson] = []  # given since the last retrain
         for lesson in LESSONS[: args.lessons]:
             given.append(lesson)
+            new.append(lesson)
             style = _style(given)
             batch = [next(questions) for _ in range(args.per_lesson)]
             started = time.monotonic()
@@ -335,7 +358,11 @@ def main() -> None:
             print(f"\nlesson {lesson.name!r}: feedback {counts} after "
                   f"{(time.monotonic() - started) / 60:.1f} min", flush=True)  # fmt: skip
             print_targets(product.api, lesson)
-            retrain(product, f"lesson {len(given)} ({lesson.name})", args.max_seconds, lesson)
+            if len(given) in retrain_after:
+                names = " and ".join(lesson.name for lesson in new)
+                after = f"lesson {len(given)} ({names})"
+                retrain(product, after, args.max_seconds, tuple(new))
+                new = []
         if args.skip_contradiction:
             return
         trace_ids = []

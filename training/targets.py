@@ -11,7 +11,7 @@ only part that runs a model, behind the `Teacher` protocol.
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from itertools import zip_longest
@@ -96,6 +96,9 @@ class Proposal:
     passes_checks: bool
     # Why it cannot be a target: failed checks ("regex '^Answer:'") or "truncated at max_tokens".
     failures: tuple[str, ...] = field(default=())
+    # The project's earlier lessons it does not follow (their texts): it can still be a target,
+    # but one that keeps them is preferred (see propose_targets' `unkept_lessons`).
+    unkept: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,7 @@ def propose_targets(
     want: int = 1,
     budget: int = 4,
     examples: Sequence[WorkedExample] = (),
+    unkept_lessons: Callable[[Message, list[Message]], tuple[str, ...]] | None = None,
 ) -> list[Proposal]:
     """The teacher's distinct revisions of the turn, best first, each marked with whether it
     can be a target.
@@ -248,6 +252,12 @@ def propose_targets(
     the feedback asked keeps the rest of the answer, facts included). Failing proposals are
     returned too, with reasons, so the caller can count what the checks excluded. `examples`
     (reviewers' corrections under the same feedback) are shown to a `hint` teacher.
+
+    `unkept_lessons(message, context)`: the earlier lessons a revision does not follow. With
+    it, sampling goes on until `want` passing revisions keep them all (or the budget is spent),
+    and passing revisions that keep them come first: a target for a new lesson that breaks an
+    earlier one teaches the model to break it (an ending appended to answers the team had
+    taught to stay under 40 words took them over it: bench/README.md).
     """
     turn = resolve_turn(trace_messages, turn)
     context = student_context(trace_messages, turn)
@@ -259,7 +269,7 @@ def propose_targets(
         raise ValueError(f"prompt must be 'hint' or 'rewrite', not {prompt!r}")
 
     proposals, seen, sampled = [], set(), 0
-    while sampled < budget and sum(p.passes_checks for p in proposals) < want:
+    while sampled < budget and sum(p.passes_checks and not p.unkept for p in proposals) < want:
         count = min(n, budget - sampled)
         sampled += count
         request = SampleRequest(teacher_context, count, max_tokens, temperature, tools)
@@ -281,12 +291,17 @@ def propose_targets(
                     message=sample.message,
                     passes_checks=not failures,
                     failures=tuple(failures),
+                    unkept=unkept_lessons(sample.message, context) if unkept_lessons else (),
                 )
             )
     original = message_text(trace_messages[turn])
     return sorted(
         proposals,
-        key=lambda p: (not p.passes_checks, -SequenceMatcher(None, original, p.text).ratio()),
+        key=lambda p: (
+            not p.passes_checks,
+            bool(p.unkept),
+            -SequenceMatcher(None, original, p.text).ratio(),
+        ),
     )
 
 

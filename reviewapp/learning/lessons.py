@@ -9,7 +9,8 @@ the newest whose run deployed) follows it less than LOST_BELOW of what it did th
 Before training, `contradicting_lessons` lists lessons whose approved targets fail each other's
 checks; a run's plan freezes them and the Retrain page shows them (training is not refused).
 `superseded_targets` names the targets a lesson given later supersedes (learning/dataset.py
-leaves them out of training and has them evaluated).
+leaves them out of training and has them evaluated); `earlier_lessons` are what a new lesson's
+targets should keep (learning/proposals.py prefers revisions that do).
 """
 
 import hashlib
@@ -26,8 +27,10 @@ from reviewapp.learning.models import (
     LessonAdherence,
     ModelRoute,
     RunStatus,
+    TargetState,
 )
 from reviewapp.projects.models import Project
+from reviewapp.review.models import Feedback
 from training.checks import check_reply, passes_every_check, tool_result_failed
 from training.eval_sets import feedback_kind
 
@@ -194,6 +197,50 @@ def superseded_targets(targets: Sequence[DistillationTarget]) -> set[int]:
     return superseded
 
 
+@dataclass(frozen=True)
+class EarlierLesson:
+    """A lesson given before some feedback: what a target for that feedback should keep."""
+
+    text: str
+    checks: list[dict]
+    places: frozenset[str]  # where its approved targets are (see _place)
+
+
+def earlier_lessons(feedback: Feedback) -> list[EarlierLesson]:
+    """The project's lessons (feedback with checks, grouped by kind) first given before
+    `feedback`, other than its own, each with the places its approved targets are in."""
+    targets = (
+        DistillationTarget.objects.filter(
+            feedback__trace__project_id=feedback.trace.project_id,
+            state=TargetState.APPROVED,
+            feedback_id__lt=feedback.pk,
+        )
+        .select_related("feedback")
+    )
+    own = feedback_kind(feedback.text)
+    return [
+        EarlierLesson(lesson["text"], lesson["checks"], frozenset(lesson["places"].values()))
+        for kind, lesson in _lessons_of(targets).items()
+        if kind != own
+    ]
+
+
+def unkept_lessons(lessons: Sequence[EarlierLesson]):
+    """For propose_targets: the texts of `lessons` a revision fails, each judged only in the
+    places it was given for (a lesson about replies says nothing about tool calls)."""
+
+    def unkept(message: dict, context: list[dict]) -> tuple[str, ...]:
+        place = _place_of(context, message)
+        return tuple(
+            lesson.text
+            for lesson in lessons
+            if place in lesson.places
+            and not passes_every_check(lesson.checks, message, context=context)
+        )
+
+    return unkept
+
+
 def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
     """Each lesson (feedback with checks, grouped by kind) with its targets, those of them that
     pass its own checks and each target's place (both judged once here, not once per other
@@ -270,11 +317,14 @@ def _place(target: DistillationTarget) -> str:
     are different places: whether to call depends on what was asked, so "use the calculator for
     arithmetic" and "answer in one word" agree.
     """
-    context = target.student_context or []
+    return _place_of(target.student_context or [], target.target or {})
+
+
+def _place_of(context: Sequence[dict], reply: dict) -> str:
     if context and context[-1].get("role") == "tool":
         failures = _failures_in_a_row(context)
         return f"after {failures} failed tool results in a row" if failures else "after a result"
-    return "a tool call" if (target.target or {}).get("tool_calls") else "a reply"
+    return "a tool call" if reply.get("tool_calls") else "a reply"
 
 
 def _failures_in_a_row(context: Sequence[dict]) -> int:

@@ -8,6 +8,7 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
+from reviewapp.learning.lessons import earlier_lessons, unkept_lessons
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import OutboundRefused, check_teacher_url
@@ -148,6 +149,8 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 budget=TEACHER_BUDGET,
                 tools=tools_shown(body, turn),
                 examples=examples,
+                # Revisions that keep the team's earlier lessons first: auto-approval takes one.
+                unkept_lessons=unkept_lessons(earlier_lessons(feedback)),
             )
         except OutboundRefused as error:
             mark_feedback_failed(feedback_id=feedback.pk, reason=f"teacher.url refused: {error}")
