@@ -1,12 +1,20 @@
 """Reviewers' decisions on distillation targets: one choice per feedback."""
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Count, F, Min, Q
 
 from messages.text import message_text
+from reviewapp.learning.lessons import (
+    GivenLesson,
+    UnkeptLessons,
+    earlier_lessons,
+    lessons_given,
+    unkept_lessons,
+)
 from reviewapp.learning.models import DistillationTarget, TargetState
 from reviewapp.learning.ranking import ProposalScore, closeness, proposal_rank, well_formedness
 from reviewapp.projects.models import Project
@@ -34,6 +42,7 @@ class ProposalView:
     score: ProposalScore
     original_text: str
     target_text: str
+    unkept_lessons: tuple[str, ...]  # the team's earlier lessons it does not follow
 
     @property
     def unchanged(self) -> bool:
@@ -141,8 +150,11 @@ def _changes(deleted: str, inserted: str) -> list[DiffPiece]:
     return [DiffPiece(op, text) for op, text in (("delete", deleted), ("insert", inserted)) if text]
 
 
-def _proposal_view(feedback: Feedback, target: DistillationTarget, order: int) -> ProposalView:
+def _proposal_view(
+    feedback: Feedback, target: DistillationTarget, order: int, unkept: UnkeptLessons
+) -> ProposalView:
     checks = check_reply(feedback.checks, target.target, context=target.student_context)
+    unkept_texts = unkept(target.target, target.student_context or [])
     original_text, target_text = reply_text(target.original), reply_text(target.target)
     score = ProposalScore(
         checks_passed=sum(result.passed for result in checks),
@@ -155,6 +167,7 @@ def _proposal_view(feedback: Feedback, target: DistillationTarget, order: int) -
         ),
         closeness=closeness(message_text(target.original or {}), message_text(target.target)),
         order=order,
+        keeps_earlier_lessons=not unkept_texts,
     )
     return ProposalView(
         target=target,
@@ -163,11 +176,17 @@ def _proposal_view(feedback: Feedback, target: DistillationTarget, order: int) -
         score=score,
         original_text=original_text,
         target_text=target_text,
+        unkept_lessons=unkept_texts,
     )
 
 
-def _group(feedback: Feedback, targets: list[DistillationTarget]) -> FeedbackTargets:
-    views = [_proposal_view(feedback, target, order) for order, target in enumerate(targets)]
+def _group(
+    feedback: Feedback, targets: list[DistillationTarget], given: Sequence[GivenLesson]
+) -> FeedbackTargets:
+    unkept = unkept_lessons(earlier_lessons(feedback, given))
+    views = [
+        _proposal_view(feedback, target, order, unkept) for order, target in enumerate(targets)
+    ]
     ranked = sorted(views, key=lambda view: proposal_rank(view.score))
     return FeedbackTargets(feedback=feedback, turn=ranked[0].target.turn, proposals=ranked)
 
@@ -218,13 +237,14 @@ def feedback_targets(
     targets: dict[int, list[DistillationTarget]] = {}
     for target in DistillationTarget.objects.filter(feedback__in=feedback).order_by("id"):
         targets.setdefault(target.feedback_id, []).append(target)
-    return [_group(item, targets[item.pk]) for item in feedback if item.pk in targets]
+    given = lessons_given(project.pk)  # once for the page, not once per feedback
+    return [_group(item, targets[item.pk], given) for item in feedback if item.pk in targets]
 
 
 def feedback_targets_for(*, feedback: Feedback) -> FeedbackTargets | None:
     """One feedback's proposals, ranked; None when it has none (deleted meanwhile)."""
     targets = list(feedback.targets.order_by("id"))
-    return _group(feedback, targets) if targets else None
+    return _group(feedback, targets, lessons_given(feedback.trace.project_id)) if targets else None
 
 
 @transaction.atomic

@@ -14,7 +14,7 @@ targets should keep (learning/proposals.py prefers revisions that do).
 """
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -206,26 +206,45 @@ class EarlierLesson:
     places: frozenset[str]  # where its approved targets are (see _place)
 
 
-def earlier_lessons(feedback: Feedback) -> list[EarlierLesson]:
-    """The project's lessons (feedback with checks, grouped by kind) first given before
-    `feedback`, other than its own, each with the places its approved targets are in."""
-    targets = (
-        DistillationTarget.objects.filter(
-            feedback__trace__project_id=feedback.trace.project_id,
-            state=TargetState.APPROVED,
-            feedback_id__lt=feedback.pk,
-        )
-        .select_related("feedback")
-    )
-    own = feedback_kind(feedback.text)
+@dataclass(frozen=True)
+class GivenLesson:
+    lesson: EarlierLesson
+    kind: str  # feedback_kind of its text
+    given: int  # its first feedback's id
+
+
+def lessons_given(project_id: int) -> list[GivenLesson]:
+    """The project's lessons (feedback with checks, grouped by kind) that have approved
+    targets, each with the places those are in and when it was first given."""
+    targets = DistillationTarget.objects.filter(
+        feedback__trace__project_id=project_id, state=TargetState.APPROVED
+    ).select_related("feedback")
     return [
-        EarlierLesson(lesson["text"], lesson["checks"], frozenset(lesson["places"].values()))
+        GivenLesson(
+            EarlierLesson(lesson["text"], lesson["checks"], frozenset(lesson["places"].values())),
+            kind,
+            lesson["given"],
+        )
         for kind, lesson in _lessons_of(targets).items()
-        if kind != own
     ]
 
 
-def unkept_lessons(lessons: Sequence[EarlierLesson]):
+def earlier_lessons(
+    feedback: Feedback, given: Sequence[GivenLesson] | None = None
+) -> list[EarlierLesson]:
+    """The lessons first given before `feedback`, other than its own (`given`: the project's
+    lessons_given, when the caller has them already)."""
+    if given is None:
+        given = lessons_given(feedback.trace.project_id)
+    own = feedback_kind(feedback.text)
+    return [item.lesson for item in given if item.given < feedback.pk and item.kind != own]
+
+
+# (reply, the messages before it) -> the texts of the earlier lessons the reply does not follow.
+UnkeptLessons = Callable[[dict, list[dict]], tuple[str, ...]]
+
+
+def unkept_lessons(lessons: Sequence[EarlierLesson]) -> UnkeptLessons:
     """For propose_targets: the texts of `lessons` a revision fails, each judged only in the
     places it was given for (a lesson about replies says nothing about tool calls)."""
 

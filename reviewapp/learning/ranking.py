@@ -72,6 +72,8 @@ class ProposalScore:
     well_formedness: float
     closeness: float  # to the original answer, 0 to 1
     order: int  # the order the proposals were stored in
+    # Follows every lesson the team gave before this feedback (learning/lessons.py).
+    keeps_earlier_lessons: bool = True
 
     @property
     def passes_every_check(self) -> bool:
@@ -84,7 +86,8 @@ class ProposalScore:
 
 def proposal_rank(score: ProposalScore) -> tuple:
     """Sort key, best first: readable before garbled, then proposals passing every check,
-    then more checks passed, then the closest to the original answer (the smallest change that
+    then those keeping the team's earlier lessons (as the worker's teacher prefers them), then
+    more checks passed, then the closest to the original answer (the smallest change that
     does what the feedback asked keeps the rest, facts included), then stored order.
 
     Readability comes before the checks because the teacher stops sampling once a proposal
@@ -99,6 +102,7 @@ def proposal_rank(score: ProposalScore) -> tuple:
     return (
         score.looks_garbled,
         not score.passes_every_check,
+        not score.keeps_earlier_lessons,
         -score.checks_passed,
         -score.closeness,
         score.order,

@@ -168,3 +168,34 @@ def test_an_earlier_lesson_is_judged_only_in_the_places_it_was_given_for():
     assert unkept(long_reply, question) == (SHORT,)
     assert unkept({"role": "assistant", "content": "Answer: 84."}, question) == ()
     assert unkept(call, question) == ()  # a tool call is another place
+
+
+def test_the_targets_page_ranks_first_and_marks_what_keeps_the_earlier_lessons(
+    project, traces, bob
+):
+    """Two proposals awaiting a reviewer, both following the new feedback; the one closer to
+    the original ("12 * 7 is 84.") breaks "under 5 words", so it comes second, marked."""
+    from django.test import Client
+
+    _earlier_lesson_taught(traces)
+    feedback = _new_lesson(traces)
+    messages = traces["new"].body_json()["messages"]
+    for reply in ("Answer: 12 * 7 is 84, the product.", "Answer: 84."):
+        DistillationTarget.objects.create(
+            feedback=feedback,
+            turn=4,
+            source="hint",
+            student_context=messages[:4],
+            original=messages[4],
+            target={"role": "assistant", "content": reply},
+            passes_checks=True,
+        )
+    client = Client()
+    client.force_login(bob)
+
+    html = client.get("/p/acme/targets/").content.decode()
+
+    group = html[html.index(f'id="feedback-targets-{feedback.pk}"') :]
+    assert group.index("Answer: 84.") < group.index("the product.")
+    assert group.count("breaks an earlier lesson") == 1
+    assert f"breaks an earlier lesson: “{SHORT}”" in group
