@@ -198,7 +198,11 @@ def test_the_run_page_shows_the_plan_frozen_at_creation(project, approved_target
     settings.MODEL_SERVERS = [server]
     update_settings(
         project=project,
-        changes={"gate": {"max_regressed": 2}, "canary_share": 25, "upstreams": [server]},
+        changes={
+            "gate": {"max_regressed": 2, "max_facts_lost_from_base": 1},
+            "canary_share": 25,
+            "upstreams": [server],
+        },
     )
     run = start_retrain(project=project)
     update_settings(project=project, changes={"gate": {"max_regressed": 7}, "canary_share": 60})
@@ -206,6 +210,7 @@ def test_the_run_page_shows_the_plan_frozen_at_creation(project, approved_target
     page = page_of(alice, run)
 
     assert "at most 2 feedback items regressed" in page
+    assert "at most 1 general fact lost since the base, by any version" in page
     assert "to 25% of traffic as a canary" in page
     assert f"<code>{server}</code>;" in page
     assert "at most 7" not in page and "60%" not in page
