@@ -4,10 +4,10 @@
 no worse than it. The report is what training/evaluation.py builds: per-status counts for the
 trained feedback items (`feedback_items`), a `held_out` and a `regression` section with a
 `summary` of the same counts (regression also carries `mean_drift` and `facts`: the general
-facts judged against the base, whatever serves), and `per_lesson`, one row
-per lesson (feedback grouped by its text) with its own trained and held-out counts. Fixed
-fractions are asked of each lesson, not of all feedback pooled: a lesson the candidate learned
-well does not hide one it did not. A report without `per_lesson` is judged as one lesson.
+facts judged against the base, whatever serves), and `per_lesson`, one row per lesson
+(feedback grouped by its text) with its own trained and held-out counts. Fixed fractions are
+asked of each lesson, not of all feedback pooled: a lesson the candidate learned well does not
+hide one it did not. A report without `per_lesson` is judged as one lesson.
 """
 
 from collections.abc import Mapping

@@ -6,6 +6,8 @@ import pytest
 
 from training.targets import (
     HINT_TEMPLATE,
+    MAX_REVISION_TOKENS,
+    MIN_REVISION_TOKENS,
     LessonHint,
     Proposal,
     SampleRequest,
@@ -17,6 +19,7 @@ from training.targets import (
     lessons_context,
     propose_targets,
     resolve_turn,
+    revision_budget,
     rewrite_context,
     run_checks,
     select_revisions,
@@ -54,11 +57,13 @@ class ScriptedTeacher:
     def __init__(self, samples: list[TeacherSample]) -> None:
         self.samples = samples
         self.seen: list[list[dict]] = []
+        self.max_tokens: list[int] = []
 
     def sample(self, request: SampleRequest) -> list[TeacherSample]:
         # Each request takes the next n samples, as a sampling teacher gives new ones each time.
         start = len(self.seen) * request.n
         self.seen.append(request.messages)
+        self.max_tokens.append(request.max_tokens)
         return self.samples[start : start + request.n]
 
 
@@ -203,6 +208,24 @@ def test_the_budget_bounds_the_samples_when_none_passes():
 
     assert (len(teacher.seen), len(proposals)) == (3, 6)
     assert not any(proposal.passes_checks for proposal in proposals)
+
+
+def test_a_long_answers_revisions_may_be_as_long_and_then_some():
+    """A 100-word answer is about 130 tokens: its revisions get room for that and more (a fixed
+    64 cut every one of them), a short one keeps the floor, and none passes the ceiling."""
+    long_answer = " ".join(["Paris is the capital and largest city of France."] * 11)
+    short_teacher, long_teacher = ScriptedTeacher([_reply("x")]), ScriptedTeacher([_reply("x")])
+
+    propose_targets(short_teacher, TRACE, None, FEEDBACK, [])
+    long_trace = [*TRACE[:2], {"role": "assistant", "content": long_answer}]
+    propose_targets(long_teacher, long_trace, None, FEEDBACK, [])
+
+    assert short_teacher.max_tokens == [MIN_REVISION_TOKENS]
+    assert 1.5 * 130 < long_teacher.max_tokens[0] < MAX_REVISION_TOKENS
+    huge = {"role": "assistant", "content": long_answer * 10}
+    assert revision_budget(huge) == MAX_REVISION_TOKENS
+    call = {"role": "assistant", "content": None, "tool_calls": TOOL_TRACE[1]["tool_calls"] * 8}
+    assert revision_budget(call) > MIN_REVISION_TOKENS  # a call's arguments count too
 
 
 def test_passing_proposals_closest_to_the_original_come_first():
