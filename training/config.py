@@ -59,8 +59,12 @@ class TrainingConfig:
     max_grad_norm: float = Field(1.0, ge=0.0, le=100.0)
     # Passes over the targets when the set is large; small sets get more (see min_steps).
     epochs: int = Field(3, ge=1, le=100)
-    # Training is sized by the data: at least this many optimizer updates, however few the
-    # targets (4-16 targets at 3 epochs would be ~3 updates, which teach nothing).
+    # Training is sized by the data: at least this many optimizer updates for each lesson the
+    # weights a run starts from have not learned, however few the targets (4-16 targets at 3
+    # epochs would be ~3 updates, which teach nothing). Per lesson: a retrain given "Answer:"
+    # and "Hope this helps." at once learned the first and not the second in 24 updates (twice),
+    # and both (1.00 and 0.62 held out, every "Answer:" item trained on fixed) in 48
+    # (bench/README.md, "Two new lessons in one retrain").
     min_steps: int = Field(24, ge=1, le=10_000)
     # The largest number of sequences per forward pass; a small set gets smaller batches (at
     # least 4 per pass over the data) so it is seen in more, distinct updates.
@@ -180,20 +184,26 @@ class TrainingConfig:
         """Sequences per optimizer step."""
         return self.per_device_batch_size * self.gradient_accumulation_steps
 
-    def batch_size_for(self, examples: int) -> int:
+    def fewest_steps(self, new_lessons: int = 1) -> int:
+        """The fewest updates for a run whose starting weights have not learned `new_lessons`
+        of the lessons it trains on (at least one: a run always has something to learn)."""
+        return self.min_steps * max(1, new_lessons)
+
+    def batch_size_for(self, examples: int, new_lessons: int = 1) -> int:
         """Sequences per forward pass for a set of `examples`: the configured size, unless the
-        set is so small that `epochs` of it give fewer than `min_steps` updates; then smaller
+        set is so small that `epochs` of it give fewer than the fewest steps; then smaller
         batches (at least 4 a pass), so the few examples are seen in more, distinct updates."""
         if self._steps_per_pass(examples, self.per_device_batch_size) * self.epochs >= (
-            self.min_steps
+            self.fewest_steps(new_lessons)
         ):
             return self.per_device_batch_size
         return max(1, min(self.per_device_batch_size, examples // 4))
 
-    def passes_for(self, examples: int) -> int:
-        """Passes over the data: `epochs`, or more when that gives fewer than `min_steps`."""
-        steps_per_pass = self._steps_per_pass(examples, self.batch_size_for(examples))
-        return max(self.epochs, math.ceil(self.min_steps / steps_per_pass))
+    def passes_for(self, examples: int, new_lessons: int = 1) -> int:
+        """Passes over the data: `epochs`, or more when that gives fewer than the fewest steps."""
+        batch_size = self.batch_size_for(examples, new_lessons)
+        steps_per_pass = self._steps_per_pass(examples, batch_size)
+        return max(self.epochs, math.ceil(self.fewest_steps(new_lessons) / steps_per_pass))
 
     def _steps_per_pass(self, examples: int, batch_size: int) -> int:
         return math.ceil(math.ceil(examples / batch_size) / self.gradient_accumulation_steps)

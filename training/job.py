@@ -27,7 +27,7 @@ from training.base_models import resolve_base_model
 from training.candidates import choose_candidate
 from training.checks import passes_every_check
 from training.config import GuardReference, TrainingConfig
-from training.eval_sets import REPLAY_PROMPTS, general_regression_items
+from training.eval_sets import REPLAY_PROMPTS, feedback_kind, general_regression_items
 from training.evaluation import SERVING_ADAPTER, evaluate_adapter
 from training.gate import GateThresholds
 from training.replay import base_replay_examples, base_tool_replay_examples, lesson_replay_examples
@@ -178,6 +178,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
     replay = [*job.replay, *tool_turns, *general][: config.replay_examples]
     model = trainer.add_lora(base, config)
     started_from = _start(model, config, job.serving_adapter)
+    serving_name = job.serving_adapter.name if job.serving_adapter else None
 
     callbacks.on_phase("training")
     resume_from = _latest_checkpoint(job.checkpoint_dir)
@@ -189,6 +190,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         callbacks.on_progress(Progress(step, total, loss, tokens_per_s, eta_s, loss_curve))
 
     examples = preference_pairs_kept(job.examples, job.feedback_items, config)
+    new_lessons = lessons_to_learn(job.feedback_items, from_serving=started_from == serving_name)
     result = trainer.train(
         model,
         tokenizer,
@@ -200,6 +202,7 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         should_stop=callbacks.should_stop,
         checkpoint_dir=job.checkpoint_dir if config.save_every_steps else None,
         resume_from=resume_from,
+        new_lessons=len(new_lessons),
     )
     if result.stopped:
         return TrainingOutcome(stopped=True, loss_curve=result.loss_curve)
@@ -267,6 +270,8 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             # the base answered them).
             "replay_lessons": [lesson.feedback for lesson in lessons],
             "started_from": started_from,
+            # Each gets min_steps updates (TrainingConfig.fewest_steps).
+            "new_lessons": sorted(new_lessons),
         },
     }
     shutil.rmtree(job.checkpoint_dir, ignore_errors=True)  # the model holds the chosen one
@@ -285,6 +290,16 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
         metrics=metrics,
         adapter=adapter,
     )
+
+
+def lessons_to_learn(feedback_items: Sequence[dict[str, Any]], *, from_serving: bool) -> set[str]:
+    """The lessons (feedback kinds) of the trained items the starting weights have not learned:
+    every one from the base, those the serving adapter did not train on from its weights."""
+    return {
+        feedback_kind(item.get("lesson") or "")
+        for item in feedback_items
+        if not item.get("held_out") and not (from_serving and item.get("learned_by_serving"))
+    }
 
 
 def preference_pairs_kept(

@@ -176,8 +176,12 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     checkpoint_dir: Path | None = None,
     resume_from: Path | None = None,
+    new_lessons: int = 1,
 ) -> TrainingResult:
     """Train the model's adapter in place: on `examples` in sft mode, on `items` in distill.
+
+    `new_lessons`: the lessons among them the adapter's starting weights have not learned;
+    each gets `min_steps` updates (TrainingConfig.fewest_steps).
 
     `on_progress(step, total_steps, loss, tokens_per_s, eta_s)` is called after every optimizer
     step and `should_stop()` before each one. With `save_every_steps`, a checkpoint (adapter,
@@ -214,11 +218,11 @@ def train(
     use_guard = bool(guard) and config.base_kl_weight > 0
 
     # Sized by the data: a small set gets small batches and as many passes as min_steps needs.
-    batch_size = config.batch_size_for(len(main))
+    batch_size = config.batch_size_for(len(main), new_lessons)
     micro_batches = [
         batch
         # A new chunk order every pass, the same one every time the run is repeated.
-        for epoch in range(config.passes_for(len(main)))
+        for epoch in range(config.passes_for(len(main), new_lessons))
         for batch in length_bucketed_batches(
             [seq.length for seq in main], batch_size, config.seed + epoch
         )

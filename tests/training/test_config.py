@@ -135,6 +135,21 @@ def test_training_is_sized_by_the_data(examples, batch_size, passes):
     assert (config.batch_size_for(examples), config.passes_for(examples)) == (batch_size, passes)
 
 
+@pytest.mark.parametrize(
+    ("new_lessons", "steps"),
+    # 16 targets in batches of 4: 4 updates a pass. Two lessons the weights have not learned
+    # get twice the updates of one; none is still one (a run always has something to learn).
+    [(0, 24), (1, 24), (2, 48), (3, 72)],
+)
+def test_each_lesson_the_starting_weights_have_not_learned_gets_min_steps(new_lessons, steps):
+    config = TrainingConfig()
+
+    batch_size = config.batch_size_for(16, new_lessons)
+    passes = config.passes_for(16, new_lessons)
+
+    assert (batch_size, 16 // batch_size * passes) == (4, steps)
+
+
 def test_min_steps_of_one_trains_by_epochs_and_batch_size_alone():
     config = TrainingConfig(min_steps=1, epochs=2, per_device_batch_size=8)
 

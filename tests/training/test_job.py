@@ -19,6 +19,7 @@ from training.job import (
     ServingAdapter,
     TrainingJob,
     followed_lessons,
+    lessons_to_learn,
     preference_pairs_kept,
     run_job,
 )
@@ -348,6 +349,27 @@ def test_a_retrain_starts_from_the_serving_adapter_where_its_config_says_and_the
         assert all(torch.equal(at_start[name], served[name]) for name in served)
     else:  # a fresh adapter: LoRA's B matrices start at zero
         assert all(not tensor.any() for name, tensor in at_start.items() if "lora_B" in name)
+
+
+def test_each_lesson_new_to_the_starting_weights_gets_min_steps_of_training(make_job, tmp_path):
+    """3 examples, min_steps 6: one lesson trains 6 updates; two lessons the serving adapter
+    never trained on, 12; from the serving adapter, one it learned already adds none."""
+    item = make_job().feedback_items[0]
+    lessons = [
+        {**item, "feedback_id": 7, "lesson": "Say paris."},
+        {**item, "feedback_id": 8, "lesson": "say  PARIS."},  # the same lesson
+        {**item, "feedback_id": 9, "lesson": "Say rome.", "learned_by_serving": True},
+        {**item, "feedback_id": 10, "lesson": "Say madrid.", "held_out": True},  # not trained
+    ]
+
+    one = run_job(make_job(), Recorder())
+    two = run_job(make_job(adapter_root=tmp_path / "second", feedback_items=lessons), Recorder())
+
+    assert one.metrics["train"]["steps"] == 6
+    # From the base (nothing serves): "say paris." and "say rome." are both to learn.
+    assert two.metrics["train"]["new_lessons"] == ["say paris.", "say rome."]
+    assert two.metrics["train"]["steps"] == 12
+    assert lessons_to_learn(lessons, from_serving=True) == {"say paris."}
 
 
 # The preference term's pairs, kept per lesson
