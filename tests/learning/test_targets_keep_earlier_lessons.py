@@ -14,7 +14,7 @@ from reviewapp.learning.proposals import (
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
-from tests.factories import make_trace
+from tests.factories import feedback_with_proposals, make_trace
 from tests.fake_upstream import FakeUpstream
 
 SHORT = "Keep it under 5 words."
@@ -178,18 +178,9 @@ def test_the_targets_page_ranks_first_and_marks_what_keeps_the_earlier_lessons(
     from django.test import Client
 
     _earlier_lesson_taught(traces)
-    feedback = _new_lesson(traces)
-    messages = traces["new"].body_json()["messages"]
-    for reply in ("Answer: 12 * 7 is 84, the product.", "Answer: 84."):
-        DistillationTarget.objects.create(
-            feedback=feedback,
-            turn=4,
-            source="hint",
-            student_context=messages[:4],
-            original=messages[4],
-            target={"role": "assistant", "content": reply},
-            passes_checks=True,
-        )
+    feedback, _ = feedback_with_proposals(
+        project, "new-2", ["Answer: 12 * 7 is 84, the product.", "Answer: 84."], [PREFIX_CHECK]
+    )
     client = Client()
     client.force_login(bob)
 
