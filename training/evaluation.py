@@ -152,6 +152,8 @@ def evaluate_adapter(
     with the replies, checks and status (contexts are not stored). `base_cache`, `replier`,
     `serving`: see `compare_replies`.
     """
+    base_cache = {} if base_cache is None else base_cache
+    replier = replier or InProcessReplier(tokenizer.eos_token_id)
     inputs = [*feedback_items, *regression_items]
     results = compare_replies(
         model, tokenizer, inputs, base_cache=base_cache, replier=replier, serving=serving
@@ -198,8 +200,8 @@ def _facts_against_base(
     items: Sequence[dict[str, Any]],
     rows: Sequence[dict[str, Any]],
     *,
-    base_cache: dict | None,
-    replier: Replier | None,
+    base_cache: dict,
+    replier: Replier,
     serving: str | None,
 ) -> dict[str, Any] | None:
     """The general facts (`source` "general") against the base, not against what serves: how
@@ -212,8 +214,6 @@ def _facts_against_base(
     if serving is None:  # the before side is the base already
         right = [rows[index]["before"]["passed"] for index in general]
     else:
-        base_cache = {} if base_cache is None else base_cache
-        replier = replier or InProcessReplier(tokenizer.eos_token_id)
         facts = [items[index] for index in general]
         budgets = [generation_budget(tokenizer, fact.get("original")) for fact in facts]
         prompts = [render_prompt(tokenizer, fact["context"], fact.get("tools")) for fact in facts]
@@ -221,7 +221,7 @@ def _facts_against_base(
         if key not in base_cache:  # the base's replies are the same for every candidate
             base_cache[key] = replier.greedy_replies(model, prompts, budgets, adapter_on=False)
         right = [
-            _checked(tokenizer, fact, reply)["passed"]
+            checked_reply(tokenizer, fact, reply)["passed"]
             for fact, reply in zip(facts, base_cache[key], strict=True)
         ]
     lost = []
@@ -274,8 +274,10 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, int]:
     return {name: counts[name] for name in STATUSES}
 
 
-def _checked(tokenizer: PreTrainedTokenizerBase, item: dict[str, Any], reply: list[int]) -> dict:
-    """A reply's text and the item's checks on it."""
+def checked_reply(
+    tokenizer: PreTrainedTokenizerBase, item: dict[str, Any], reply: list[int]
+) -> dict[str, Any]:
+    """A greedy reply's text, the item's checks on it and whether it passed them all."""
     text = tokenizer.decode(reply, skip_special_tokens=True).strip()
     results = run_checks(
         assistant_message_from_text(text), item.get("checks") or [], context=item["context"]
@@ -304,7 +306,7 @@ def _compare_batch(
     for item, before, after in zip(items, replies_before, replies_after, strict=True):
         sides = {}
         for side, reply in (("before", before), ("after", after)):
-            sides[side] = _checked(tokenizer, item, reply)
+            sides[side] = checked_reply(tokenizer, item, reply)
         results.append(
             {**sides, "status": status(sides["before"]["passed"], sides["after"]["passed"])}
         )

@@ -216,16 +216,20 @@ class GivenLesson:
 def lessons_given(project_id: int) -> list[GivenLesson]:
     """The project's lessons (feedback with checks, grouped by kind) that have approved
     targets, each with the places those are in and when it was first given."""
-    targets = DistillationTarget.objects.filter(
-        feedback__trace__project_id=project_id, state=TargetState.APPROVED
-    ).select_related("feedback")
+    targets = (
+        DistillationTarget.objects.filter(
+            feedback__trace__project_id=project_id, state=TargetState.APPROVED
+        )
+        .select_related("feedback")
+        .defer("teacher_context", "original")  # a place needs the context and the reply only
+    )
     return [
         GivenLesson(
             EarlierLesson(lesson["text"], lesson["checks"], frozenset(lesson["places"].values())),
             kind,
             lesson["given"],
         )
-        for kind, lesson in _lessons_of(targets).items()
+        for kind, lesson in _lessons_of(targets, judged=False).items()
     ]
 
 
@@ -260,10 +264,11 @@ def unkept_lessons(lessons: Sequence[EarlierLesson]) -> UnkeptLessons:
     return unkept
 
 
-def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
+def _lessons_of(targets: Sequence[DistillationTarget], judged: bool = True) -> dict[str, dict]:
     """Each lesson (feedback with checks, grouped by kind) with its targets, those of them that
     pass its own checks and each target's place (both judged once here, not once per other
-    lesson) and when it was first given (its first feedback's id)."""
+    lesson) and when it was first given (its first feedback's id). `judged=False` leaves
+    `passing` empty: earlier_lessons needs no target's checks run, and runs per feedback."""
     lessons: dict[str, dict] = {}
     for target in targets:
         feedback = target.feedback
@@ -283,7 +288,7 @@ def _lessons_of(targets: Sequence[DistillationTarget]) -> dict[str, dict]:
         lesson["targets"].append(target)
         lesson["places"][target.pk] = _place(target)
         context = target.student_context or []
-        if passes_every_check(feedback.checks, target.target, context=context):
+        if judged and passes_every_check(feedback.checks, target.target, context=context):
             lesson["passing"].append(target)
         lesson["given"] = min(lesson["given"], feedback.pk)
     return lessons

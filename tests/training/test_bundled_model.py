@@ -9,9 +9,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from training.base_models import resolve_base_model
 from training.chat import render_prompt
 from training.eval_sets import general_regression_items
-from training.evaluation import generation_budget
+from training.evaluation import checked_reply, generation_budget
 from training.repliers import InProcessReplier
-from training.targets import run_checks
 
 pytestmark = pytest.mark.slow
 
@@ -69,9 +68,9 @@ def test_the_base_answers_every_general_fact_the_gate_asks(model_dir):
         adapter_on=True,  # a plain model: no adapter to turn off
     )
 
-    wrong = {}
-    for item, reply in zip(items, replies, strict=True):
-        text = tokenizer.decode(reply, skip_special_tokens=True).strip()
-        if not all(result.passed for result in run_checks(text, item["checks"])):
-            wrong[item["prompt"]] = text
+    wrong = {
+        item["prompt"]: result["reply"]
+        for item, reply in zip(items, replies, strict=True)
+        if not (result := checked_reply(tokenizer, item, reply))["passed"]
+    }
     assert wrong == {}
