@@ -190,3 +190,23 @@ def test_the_targets_page_ranks_first_and_marks_what_keeps_the_earlier_lessons(
     assert group.index("Answer: 84.") < group.index("the product.")
     assert group.count("breaks an earlier lesson") == 1
     assert f"breaks an earlier lesson: “{SHORT}”" in group
+
+
+def test_the_targets_api_ranks_and_names_the_earlier_lessons_a_proposal_breaks(
+    project, traces, review_api
+):
+    """The same two proposals over the API: the one keeping "under 5 words" first, the other
+    naming the lesson it breaks, as the page marks it."""
+    _earlier_lesson_taught(traces)
+    feedback_with_proposals(
+        project, "new-2", ["Answer: 12 * 7 is 84, the product.", "Answer: 84."], [PREFIX_CHECK]
+    )
+
+    response = review_api.get("/api/v1/targets")
+
+    assert response.status_code == 200
+    [group] = [g for g in response.json()["feedback"] if g["trace"] == "new-2"]
+    keeps, breaks = group["proposals"]
+    assert keeps["target"]["content"] == "Answer: 84."
+    assert keeps["breaks_earlier_lessons"] == []
+    assert breaks["breaks_earlier_lessons"] == [SHORT]

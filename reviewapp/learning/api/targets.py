@@ -37,6 +37,9 @@ class ProposalOut(Schema):
     passes_checks: bool
     original: dict[str, Any] | None  # the assistant turn as the model wrote it
     target: dict[str, Any]  # the assistant message the adapter would learn
+    # The team's earlier lessons (given before this feedback, for the same place) this
+    # proposal does not follow, as the targets page marks them; ranked after those it keeps.
+    breaks_earlier_lessons: list[str]
     created_at: datetime
 
 
@@ -47,7 +50,8 @@ class FeedbackTargetsOut(Schema):
     feedback: str
     chosen: int | None  # the approved or edited proposal; one choice per feedback
     # Best first, as the targets page ranks them (learning/ranking.proposal_rank): readable
-    # before garbled, then passing the checks, then closest to the original.
+    # before garbled, then passing the checks, then keeping the earlier lessons, then closest
+    # to the original.
     proposals: list[ProposalOut]
 
 
@@ -95,6 +99,7 @@ def _group_json(group: FeedbackTargets) -> dict:
                 "passes_checks": proposal.target.passes_checks,
                 "original": proposal.target.original,
                 "target": proposal.target.target,
+                "breaks_earlier_lessons": list(proposal.unkept_lessons),
                 "created_at": proposal.target.created_at,
             }
             for proposal in group.proposals
