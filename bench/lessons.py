@@ -266,18 +266,24 @@ def print_targets(api: httpx.Client, lesson: Lesson, most: int = 4) -> None:
         print(f"  [{proposal['source']}] {message_text(proposal['target'])!r}")
 
 
-def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
-    """The newest lesson's trained items the candidate still fails, and how its answers end.
-    The API leaves a run's per-item results out of its `eval` (they are large), so they are
-    read from the scratch database the bench made."""
-    database_url = product.env["DATABASE_URL"]
-    with psycopg.connect(database_url) as connection:
+def run_items(product, run: dict) -> tuple[list[dict], list[dict]]:
+    """A run's per-item results, trained and held out. The API leaves them out of a run's
+    `eval` (they are large), so they are read from the scratch database the bench made."""
+    with psycopg.connect(product.env["DATABASE_URL"]) as connection:
         row = connection.execute(
-            "SELECT metrics -> 'items' FROM reviewapp_trainingrun WHERE id = %s", [run["id"]]
+            "SELECT metrics -> 'items', metrics -> 'held_out' -> 'items' "
+            "FROM reviewapp_trainingrun WHERE id = %s",
+            [run["id"]],
         ).fetchone()
+    return (row[0] or [], row[1] or []) if row else ([], [])
+
+
+def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
+    """The newest lesson's trained items the candidate still fails, and how its answers end."""
+    trained, _ = run_items(product, run)
     items = [
         item
-        for item in (row[0] if row else None) or []
+        for item in trained
         if item.get("lesson") == lesson.feedback and not item["after"]["passed"]
     ]
     print(f"{len(items)} trained items of {lesson.name!r} failing after, the first {most}:")
@@ -285,9 +291,24 @@ def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
         print(f"  trace {item.get('trace_id')}: ...{item['after']['reply'][-160:]!r}")
 
 
+def print_regressed(product, run: dict) -> None:
+    """Every item that passed under what serves and fails under the candidate: what the gate
+    counts against `max_regressed`, with both answers' lengths and the candidate's answer."""
+    trained, held_out = run_items(product, run)
+    for section, items in (("trained", trained), ("held out", held_out)):
+        for item in items:
+            if item.get("status") != "regressed":
+                continue
+            before, after = item["before"]["reply"], item["after"]["reply"]
+            print(f"  regressed ({section}) {item.get('lesson', '')[:40]!r} trace "
+                  f"{item.get('trace_id')}: {len(before.split())} -> {len(after.split())} "
+                  f"words\n    before: {before!r}\n    after:  {after!r}")  # fmt: skip
+
+
 def retrain(product, after: str, max_seconds: float, new: tuple[Lesson, ...] = ()) -> dict:
     run, timeline, _ = run_to_the_end(product.api, {"mode": "sft"}, max_seconds)
     print_ledger(product.api, run, max(timeline.values()) / 60, after)
+    print_regressed(product, run)
     for lesson in new:
         print_unlearned(product, run, lesson)
     return run

@@ -28,6 +28,8 @@ _DEFAULT_LEARNING_RATES = {"sft": 3e-4, "distill": 1e-4}
 TrainingMode = Literal["sft", "distill"]
 
 StartFrom = Literal["base", "serving"]
+# Whose answers the forgetting guard keeps the student near (TrainingConfig.guard_keeps).
+GuardKeeps = Literal["serving", "base"]
 
 # What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
 GuardReference = Literal["lessons", "base", "both", "lesson_changes", "lesson_edits"]
@@ -157,6 +159,12 @@ class TrainingConfig:
     # from the base the fourth retrain lost what the third had taught (9 items regressed, the
     # gate refused it); from what serves it begins where the earlier lessons were learned.
     start_from: StartFrom = "serving"
+    # Whose answers the forgetting guard keeps the student near on the replay set: "serving",
+    # the adapter the run starts from (where it starts from one, see start_from; else the
+    # base), so a retrain is held to what serves, earlier lessons included, on questions nobody
+    # reviewed; "base", the base, which pulls every retrain back from what earlier versions
+    # learned (a lesson learned by v2 is unlearned on the replay prompts by v3's guard).
+    guard_keeps: GuardKeeps = "serving"
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
     held_out_fraction: float = Field(0.2, ge=0.0, lt=1.0)

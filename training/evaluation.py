@@ -13,9 +13,8 @@ feedback's text), and the report counts each lesson apart. Results are plain dic
 store as JSON.
 """
 
-import contextlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,7 +31,7 @@ from training.eval_sets import feedback_kind
 from training.gate import adherence
 from training.losses import per_token_topk_tail_kl
 from training.repliers import InProcessReplier, Replier
-from training.sampling import adapter_disabled, reply_logits
+from training.sampling import active_adapter, adapter_disabled, reply_logits, weights_of
 from training.targets import run_checks
 
 STATUSES = ("fixed", "still failing", "regressed", "still passing")
@@ -383,20 +382,6 @@ def _student_teacher_divergence(
     with torch.no_grad():
         with adapter_disabled(model):
             teacher_logits, mask = reply_logits(model, teacher_prompts, replies, pad_token_id)
-        with active_adapter(model, student) if student else adapter_disabled(model):
+        with weights_of(model, student):
             student_logits, _ = reply_logits(model, student_prompts, replies, pad_token_id)
     return divergence(student_logits, teacher_logits, mask, k)
-
-
-@contextlib.contextmanager
-def active_adapter(model: PeftModel, name: str | None) -> Iterator[None]:
-    """Answer under the loaded adapter `name` inside the block (None: leave the model as is)."""
-    if name is None or name == model.active_adapter:
-        yield
-        return
-    previous = model.active_adapter
-    model.set_adapter(name)
-    try:
-        yield
-    finally:
-        model.set_adapter(previous)

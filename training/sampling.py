@@ -5,6 +5,7 @@ and the base model's logits) and the evaluation (greedy replies, divergence).
 """
 
 import contextlib
+from collections.abc import Iterator
 
 import torch
 from peft import PeftModel
@@ -89,6 +90,25 @@ def pad_right(
 def adapter_disabled(model: PreTrainedModel) -> contextlib.AbstractContextManager:
     """Run the base model under a peft adapter (a plain model runs as it is)."""
     return model.disable_adapter() if isinstance(model, PeftModel) else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def active_adapter(model: PeftModel, name: str | None) -> Iterator[None]:
+    """Answer under the loaded adapter `name` inside the block (None: leave the model as is)."""
+    if name is None or name == model.active_adapter:
+        yield
+        return
+    previous = model.active_adapter
+    model.set_adapter(name)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)
+
+
+def weights_of(model: PreTrainedModel, adapter: str | None) -> contextlib.AbstractContextManager:
+    """Answer as the loaded adapter `adapter` inside the block, or as the base (None)."""
+    return active_adapter(model, adapter) if adapter else adapter_disabled(model)
 
 
 def generate_anchored(

@@ -9,7 +9,8 @@ Two modes share the loop:
   tail KL between the two at every token of y. The teacher never changes during a run.
 Both add a forgetting guard: `base_kl_weight` x KL(base || student) on the replies of the
 replay examples (the base's own answers to general prompts, good traces), the base side
-computed with the adapter disabled, under the example's `teacher_context` where it has one
+computed with the adapter disabled (or, with `guard_adapter`, as the adapter the run started
+from: TrainingConfig.guard_keeps), under the example's `teacher_context` where it has one
 (the teacher's answers to general prompts, training/replay.py), or, with guard_reference
 "lesson_changes", there only at the tokens the base would not have written itself.
 sft can add a preference term: `preference_weight` x DPO on the examples that carry the answer
@@ -56,7 +57,13 @@ from training.losses import (
     topk_tail_kl_to,
     topk_tail_reference,
 )
-from training.sampling import adapter_disabled, generate_replies, pad_right, reply_logits
+from training.sampling import (
+    adapter_disabled,
+    generate_replies,
+    pad_right,
+    reply_logits,
+    weights_of,
+)
 
 ProgressCallback = Callable[[int, int, float, float, float], None]
 
@@ -177,11 +184,15 @@ def train(
     checkpoint_dir: Path | None = None,
     resume_from: Path | None = None,
     new_lessons: int = 1,
+    guard_adapter: str | None = None,
 ) -> TrainingResult:
     """Train the model's adapter in place: on `examples` in sft mode, on `items` in distill.
 
     `new_lessons`: the lessons among them the adapter's starting weights have not learned;
     each gets `min_steps` updates (TrainingConfig.fewest_steps).
+
+    `guard_adapter`: a loaded adapter, not the one trained, whose answers the forgetting guard
+    keeps the student near (TrainingConfig.guard_keeps); None: the base.
 
     `on_progress(step, total_steps, loss, tokens_per_s, eta_s)` is called after every optimizer
     step and `should_stop()` before each one. With `save_every_steps`, a checkpoint (adapter,
@@ -303,6 +314,7 @@ def train(
                         pad_token_id,
                         config.top_k,
                         teacher_where_it_differs=config.guard_reference in TEACHER_WHERE_IT_DIFFERS,
+                        adapter=guard_adapter,
                     )
                 loss = _base_kl(
                     model, part, pad_token_id, config.top_k, reference=guard_references[key]
@@ -424,27 +436,35 @@ def _guard_reference(
     k: int,
     *,
     teacher_where_it_differs: bool = False,
+    adapter: str | None = None,
 ) -> TopkTailReference:
-    """The guard's reference on replay replies: the base under the teacher's context where the
-    example has one, else under the student's. The base is frozen and the replies fixed, so a
-    run computes it once per replay batch and reuses it each time the guard comes round.
+    """The guard's reference on replay replies: the base (or the loaded, frozen `adapter`)
+    under the teacher's context where the example has one, else under the student's. The
+    reference is frozen and the replies fixed, so a run computes it once per replay batch and
+    reuses it each time the guard comes round. Computed in eval mode: LoRA dropout on the
+    reference adapter would make it a different reference each time.
 
     With `teacher_where_it_differs`, the teacher's context is the reference only at the reply
-    tokens the base under the student's own context would not have chosen (where the lessons
-    change the answer); everywhere else the base as it is (config.guard_reference
+    tokens the reference under the student's own context would not have chosen (where the
+    lessons change the answer); everywhere else the reference as it is (config.guard_reference
     "lesson_changes" and "lesson_edits").
     """
     prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
-    with torch.no_grad(), adapter_disabled(model):
-        base_logits, _ = reply_logits(
-            model, [seq.teacher_prompt or seq.prompt for seq in batch], replies, pad_token_id
-        )
-        if teacher_where_it_differs and any(seq.teacher_prompt for seq in batch):
-            bare_logits, _ = reply_logits(model, prompts, replies, pad_token_id)
-            reply_ids, _ = pad_right(replies, pad_token_id, model.device)
-            base_agrees = bare_logits.argmax(dim=-1) == reply_ids
-            base_logits = torch.where(base_agrees[..., None], bare_logits, base_logits)
-        return topk_tail_reference(base_logits, k)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), weights_of(model, adapter):
+            logits, _ = reply_logits(
+                model, [seq.teacher_prompt or seq.prompt for seq in batch], replies, pad_token_id
+            )
+            if teacher_where_it_differs and any(seq.teacher_prompt for seq in batch):
+                bare_logits, _ = reply_logits(model, prompts, replies, pad_token_id)
+                reply_ids, _ = pad_right(replies, pad_token_id, model.device)
+                agrees = bare_logits.argmax(dim=-1) == reply_ids
+                logits = torch.where(agrees[..., None], bare_logits, logits)
+    finally:
+        model.train(was_training)
+    return topk_tail_reference(logits, k)
 
 
 def _preference_loss(
@@ -589,7 +609,8 @@ def _save_checkpoint(
     final = checkpoint_dir / f"step-{step:06d}"
     partial = Path(tempfile.mkdtemp(dir=checkpoint_dir, prefix=f".{final.name}.partial-"))
     try:
-        model.save_pretrained(partial)
+        # The trained adapter alone: one loaded beside it (the guard's) is not the run's.
+        model.save_pretrained(partial, selected_adapters=[model.active_adapter])
         torch.save(optimizer.state_dict(), partial / "optimizer.pt")
         state = {
             "step": step,

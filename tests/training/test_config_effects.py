@@ -56,6 +56,9 @@ RUN_LEVEL |= {"preference_weight", "preference_beta"}
 # start_from: tests/training/test_job.py (the job, not the trainer, loads the serving weights);
 # preference_lessons: there too (the job chooses whose pairs the trainer gets).
 ELSEWHERE = {"held_out_fraction", "gate_candidates", "start_from", "preference_lessons"}
+# guard_keeps: test_job.py (the job loads the serving adapter as the guard's) and
+# test_trainer.py (the guard holds the student to the adapter it is given).
+ELSEWHERE |= {"guard_keeps"}
 # guard_reference: tests/training/test_job.py (the job chooses who answers the general prompts)
 # and test_trainer.py (the guard's base side under the teacher's context).
 ELSEWHERE |= {"guard_reference"}

@@ -13,6 +13,7 @@ from training import trainer
 from training.adapters import adapter_checksum
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS
+from training.evaluation import SERVING_ADAPTER
 from training.gate import GateThresholds
 from training.job import (
     Progress,
@@ -349,6 +350,50 @@ def test_a_retrain_starts_from_the_serving_adapter_where_its_config_says_and_the
         assert all(torch.equal(at_start[name], served[name]) for name in served)
     else:  # a fresh adapter: LoRA's B matrices start at zero
         assert all(not tensor.any() for name, tensor in at_start.items() if "lora_B" in name)
+
+
+@pytest.fixture
+def guard_adapters(monkeypatch):
+    """The adapter each trainer.train call's guard was given, caught by wrapping it."""
+    caught: list[str | None] = []
+    real_train = trainer.train
+
+    def train(model, *args, guard_adapter=None, **kwargs):
+        caught.append(guard_adapter)
+        return real_train(model, *args, guard_adapter=guard_adapter, **kwargs)
+
+    monkeypatch.setattr(trainer, "train", train)
+    return caught
+
+
+@pytest.mark.parametrize(
+    ("start_from", "guard_keeps", "guarded_by"),
+    [("serving", "serving", "serving"), ("serving", "base", None), ("base", "serving", None)],
+)
+def test_the_guard_keeps_the_serving_adapter_where_the_run_starts_from_it(
+    make_job, tmp_path, guard_adapters, start_from, guard_keeps, guarded_by
+):
+    """Held to the adapter it started from, a retrain keeps what serves; a run from the base
+    has nothing else to be held to. Neither checkpoints nor the candidate hold that adapter."""
+    first = run_job(make_job(), Recorder())
+    serving = ServingAdapter(name="acme-v1", version=1, path=first.adapter.path)
+    config = dataclasses.replace(CONFIG, start_from=start_from, guard_keeps=guard_keeps)
+    job = make_job(
+        adapter_root=tmp_path / "second",
+        checkpoint_dir=tmp_path / "second-checkpoints",
+        serving_adapter=serving,
+        config=config,
+    )
+
+    second = run_job(job, Recorder())
+
+    assert guard_adapters == [None, guarded_by]  # the first run: no adapter serves yet
+    assert second.metrics["serving"] == {"name": "acme-v1", "version": 1}
+    written = [second.adapter.path, *(tmp_path / "second-checkpoints").glob("step-*")]
+    assert all(not (path / SERVING_ADAPTER).exists() for path in written)
+    assert sorted(path.name for path in second.adapter.path.iterdir()) == sorted(
+        path.name for path in first.adapter.path.iterdir()
+    )
 
 
 def test_each_lesson_new_to_the_starting_weights_gets_min_steps_of_training(make_job, tmp_path):

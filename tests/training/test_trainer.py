@@ -6,7 +6,7 @@ import torch
 from training.chat import render_prompt
 from training.config import TrainingConfig
 from training.evaluation import divergence
-from training.sampling import adapter_disabled, generate_replies, reply_logits
+from training.sampling import adapter_disabled, generate_replies, reply_logits, weights_of
 from training.trainer import (
     DistillItem,
     Example,
@@ -14,6 +14,7 @@ from training.trainer import (
     _Tokens,
     add_lora,
     length_bucketed_batches,
+    load_adapter_weights,
     train,
 )
 
@@ -410,16 +411,43 @@ def test_the_guard_s_reference_is_kept_per_replay_batch_and_trains_as_recomputed
     assert kept.loss_curve == pytest.approx(recomputed.loss_curve, rel=1e-5)
 
 
-def _regression_drift(model, tokenizer, regression):
+def test_given_a_loaded_adapter_the_guard_holds_the_student_to_it_not_to_the_base(
+    make_student, tokenizer, tmp_path
+):
+    """A retrain that starts from a serving adapter (taught "answer : ...") and learns
+    something else: guarded by that adapter, its replies on the replay set (the serving
+    adapter's lesson) stay nearer the serving adapter's than guarded by the base, which pulls
+    them back to before the lesson."""
+    config = _sft_config(epochs=6)
+    serving = make_student(config)
+    train(serving, tokenizer, config, examples=_examples())
+    serving.save_pretrained(tmp_path / "serving")
+    replay = _examples()[2:]
+    new = [Example(_user(q), {"role": "assistant", "content": "yes"}) for q in QUESTIONS[:2]]
+    guarded = _sft_config(epochs=6, base_kl_weight=5.0)
+    drifts = {}
+    for guard_adapter in (None, "serving"):
+        student = make_student(guarded)
+        student.load_adapter(str(tmp_path / "serving"), adapter_name="serving")
+        load_adapter_weights(student, tmp_path / "serving")  # starts where serving is
+        train(student, tokenizer, guarded, examples=new, replay=replay, guard_adapter=guard_adapter)
+        assert student.active_adapter == "default"
+        drifts[guard_adapter] = _regression_drift(student, tokenizer, replay, against="serving")
+
+    assert drifts["serving"] < 0.5 * drifts[None]
+
+
+def _regression_drift(model, tokenizer, regression, against: str | None = None):
+    """Mean KL of the model's replies from the base's (or the loaded adapter `against`'s)."""
     from training.trainer import _example_tokens
 
     pairs = [_example_tokens(tokenizer, example) for example in regression]
     prompts, replies = [p.prompt for p in pairs], [p.reply for p in pairs]
     with torch.no_grad():
         student_logits, mask = reply_logits(model, prompts, replies, pad_token_id=0)
-        with adapter_disabled(model):
-            base_logits, _ = reply_logits(model, prompts, replies, pad_token_id=0)
-    values = divergence(student_logits, base_logits, mask, k=20)
+        with weights_of(model, against):
+            reference_logits, _ = reply_logits(model, prompts, replies, pad_token_id=0)
+    values = divergence(student_logits, reference_logits, mask, k=20)
     return sum(values) / len(values)
 
 
