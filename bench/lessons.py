@@ -7,6 +7,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
     python bench/lessons.py --lessons 2 --per-lesson 8
     python bench/lessons.py --start-from base      # each retrain from the base, not what serves
     python bench/lessons.py --retrain-after 1 2 4 --min-steps 48   # two new lessons in one retrain
+    python bench/lessons.py --guard-keeps base     # the guard holds each retrain to the base
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default settings but one: "checks pass"
@@ -38,7 +39,7 @@ import psycopg
 from product import PROXY_HEADERS, add_product_arguments, run_to_the_end, running_product, wait_for
 
 from training.chat import message_text
-from training.config import StartFrom, TrainingConfig
+from training.config import GuardKeeps, StartFrom, TrainingConfig
 
 BENCH_DATABASE = "apprentice_bench_lessons"
 ALIAS = "team-agent"
@@ -326,6 +327,12 @@ def main() -> None:
         default=TrainingConfig().start_from,
         help="where each retrain starts: the serving adapter's weights or the base's",
     )
+    parser.add_argument(
+        "--guard-keeps",
+        choices=typing.get_args(GuardKeeps),
+        default=TrainingConfig().guard_keeps,
+        help="whom the forgetting guard holds a retrain to: the adapter it starts from, the base",
+    )
     add_product_arguments(parser)
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
     parser.add_argument(
@@ -360,11 +367,16 @@ def main() -> None:
             "/api/v1/settings",
             json={
                 "auto_approve": "checks_pass",
-                "training": {"start_from": args.start_from, "min_steps": args.min_steps},
+                "training": {
+                    "start_from": args.start_from,
+                    "min_steps": args.min_steps,
+                    "guard_keeps": args.guard_keeps,
+                },
             },
         ).raise_for_status()
-        print(f"every retrain starts from {args.start_from}, {args.min_steps} updates at least; "
-              f"retrains after lessons {sorted(retrain_after)}", flush=True)  # fmt: skip
+        print(f"every retrain starts from {args.start_from}, {args.min_steps} updates at least, "
+              f"the guard keeping {args.guard_keeps}; retrains after lessons "
+              f"{sorted(retrain_after)}", flush=True)  # fmt: skip
         questions = iter(QUESTIONS)
         given: list[Lesson] = []
         new: list[Lesson] = []  # given since the last retrain
