@@ -36,7 +36,14 @@ from dataclasses import dataclass
 
 import httpx
 import psycopg
-from product import PROXY_HEADERS, add_product_arguments, run_to_the_end, running_product, wait_for
+from product import (
+    PROXY_HEADERS,
+    add_product_arguments,
+    run_to_the_end,
+    running_product,
+    screenshot,
+    wait_for,
+)
 
 from training.chat import message_text
 from training.config import GuardKeeps, StartFrom, TrainingConfig
@@ -306,12 +313,19 @@ def print_regressed(product, run: dict) -> None:
                   f"words\n    before: {before!r}\n    after:  {after!r}")  # fmt: skip
 
 
-def retrain(product, after: str, max_seconds: float, new: tuple[Lesson, ...] = ()) -> dict:
+def retrain(
+    product, after: str, max_seconds: float, new: tuple[Lesson, ...] = (), ledger_shot: str = ""
+) -> dict:
     run, timeline, _ = run_to_the_end(product.api, {"mode": "sft"}, max_seconds)
     print_ledger(product.api, run, max(timeline.values()) / 60, after)
     print_regressed(product, run)
     for lesson in new:
         print_unlearned(product, run, lesson)
+    if ledger_shot and run.get("adapter"):  # the candidate's page, refused or not
+        adapters = product.api.get("/api/v1/adapters").json()["adapters"]
+        version = next(a["version"] for a in adapters if a["name"] == run["adapter"])
+        screenshot(product, ledger_shot, f"adapters/{version}", "#lessons")
+        print(f"the ledger on {run['adapter']}'s page: {ledger_shot}", flush=True)
     return run
 
 
@@ -332,6 +346,11 @@ def main() -> None:
         choices=typing.get_args(GuardKeeps),
         default=TrainingConfig().guard_keeps,
         help="whom the forgetting guard holds a retrain to: the adapter it starts from, the base",
+    )
+    parser.add_argument(
+        "--ledger-screenshot",
+        default="",
+        help="after each retrain, capture the lessons ledger on its adapter's page to this PNG",
     )
     add_product_arguments(parser)
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="per retrain")
@@ -394,7 +413,7 @@ def main() -> None:
             if len(given) in retrain_after:
                 names = " and ".join(lesson.name for lesson in new)
                 after = f"lesson {len(given)} ({names})"
-                retrain(product, after, args.max_seconds, tuple(new))
+                retrain(product, after, args.max_seconds, tuple(new), args.ledger_screenshot)
                 new = []
         if args.skip_contradiction:
             return

@@ -118,8 +118,9 @@ def _make_project(env: dict, vllm_url: str, alias: str, slug: str) -> str:
     return next(word for word in output.split() if len(word) > 30)
 
 
-def screenshot(product: Product, path: str, page_of_project: str) -> None:
-    """A full-page screenshot of one dashboard page as a project admin sees it (Debian's
+def screenshot(product: Product, path: str, page_of_project: str, element: str = "") -> None:
+    """A full-page screenshot of one dashboard page (or of its `element`, a CSS selector) as a
+    project admin sees it (Debian's
     chromium, as the browser tests use; Playwright is a dev dependency). The admin's session is
     made on the server, as the browser tests make theirs: the production settings' CSRF check
     refuses a login form posted over plain HTTP."""
@@ -151,7 +152,10 @@ def screenshot(product: Product, path: str, page_of_project: str) -> None:
         context.add_cookies([{"name": name, "value": value, "url": product.root}])
         page = context.new_page()
         page.goto(f"{product.root}/p/{product.slug}/{page_of_project}/")
-        page.screenshot(path=path, full_page=True)
+        if element:
+            page.locator(element).screenshot(path=path)
+        else:
+            page.screenshot(path=path, full_page=True)
         browser.close()
 
 
