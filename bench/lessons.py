@@ -274,21 +274,22 @@ def print_targets(api: httpx.Client, lesson: Lesson, most: int = 4) -> None:
         print(f"  [{proposal['source']}] {message_text(proposal['target'])!r}")
 
 
-def run_items(product, run: dict) -> tuple[list[dict], list[dict]]:
-    """A run's per-item results, trained and held out. The API leaves them out of a run's
-    `eval` (they are large), so they are read from the scratch database the bench made."""
+def run_items(product, run: dict) -> tuple[list[dict], list[dict], list[dict]]:
+    """A run's per-item results: trained, held out and regression prompts. The API leaves
+    them out of a run's `eval` (they are large), so they are read from the scratch database
+    the bench made."""
     with psycopg.connect(product.env["DATABASE_URL"]) as connection:
         row = connection.execute(
-            "SELECT metrics -> 'items', metrics -> 'held_out' -> 'items' "
-            "FROM reviewapp_trainingrun WHERE id = %s",
+            "SELECT metrics -> 'items', metrics -> 'held_out' -> 'items', "
+            "metrics -> 'regression' -> 'items' FROM reviewapp_trainingrun WHERE id = %s",
             [run["id"]],
         ).fetchone()
-    return (row[0] or [], row[1] or []) if row else ([], [])
+    return (row[0] or [], row[1] or [], row[2] or []) if row else ([], [], [])
 
 
 def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
     """The newest lesson's trained items the candidate still fails, and how its answers end."""
-    trained, _ = run_items(product, run)
+    trained, _, _ = run_items(product, run)
     items = [
         item
         for item in trained
@@ -300,17 +301,18 @@ def print_unlearned(product, run: dict, lesson: Lesson, most: int = 4) -> None:
 
 
 def print_regressed(product, run: dict) -> None:
-    """Every item that passed under what serves and fails under the candidate: what the gate
-    counts against `max_regressed`, with both answers' lengths and the candidate's answer."""
-    trained, held_out = run_items(product, run)
-    for section, items in (("trained", trained), ("held out", held_out)):
+    """Every item that passed under what serves and fails under the candidate (what the gate
+    counts against `max_regressed`), and every fact it broke, with both answers."""
+    trained, held_out, regression = run_items(product, run)
+    for section, items in (("trained", trained), ("held out", held_out), ("fact", regression)):
         for item in items:
             if item.get("status") != "regressed":
                 continue
             before, after = item["before"]["reply"], item["after"]["reply"]
-            print(f"  regressed ({section}) {item.get('lesson', '')[:40]!r} trace "
-                  f"{item.get('trace_id')}: {len(before.split())} -> {len(after.split())} "
-                  f"words\n    before: {before!r}\n    after:  {after!r}")  # fmt: skip
+            what = (item.get("lesson") or item.get("prompt") or "")[:40]
+            print(f"  regressed ({section}) {what!r} trace {item.get('trace_id')}: "
+                  f"{len(before.split())} -> {len(after.split())} words\n"
+                  f"    before: {before!r}\n    after:  {after!r}")  # fmt: skip
 
 
 def retrain(
