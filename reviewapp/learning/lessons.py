@@ -3,8 +3,10 @@ and how well each adapter version evaluated since follows it.
 
 Written when a run's evaluation is recorded (learning/retrain.py), from the report's
 `per_lesson` rows (training/evaluation.py). A lesson is learned by the first version trained
-on it that passed the gate; it is lost when the newest deployed version (the one serving, else
-the newest whose run deployed) follows it less than LOST_BELOW of what it did then.
+on it that passed the gate (or, where a later lesson superseded all its targets, the first
+that passed the gate following it better than what served); it is lost when the newest
+deployed version (the one serving, else the newest whose run deployed) follows it less than
+LOST_BELOW of what it did then.
 
 Before training, `contradicting_lessons` lists lessons whose approved targets fail each other's
 checks; a run's plan freezes them and the Retrain page shows them (training is not refused).
@@ -50,7 +52,8 @@ def lesson_key(text: str) -> str:
 @transaction.atomic
 def record_lessons(*, adapter: Adapter, report: dict, passed: bool) -> list[LessonAdherence]:
     """One adherence row per lesson the adapter's evaluation measured; a lesson it trained on
-    and passed the gate with is learned, and the first such version is kept on the lesson."""
+    (or whose superseded items it follows better than what served) and passed the gate with is
+    learned, and the first such version is kept on the lesson."""
     rows = []
     for measured in report.get("per_lesson") or []:
         text = " ".join((measured.get("lesson") or "").split())
@@ -70,7 +73,7 @@ def record_lessons(*, adapter: Adapter, report: dict, passed: bool) -> list[Less
                 "trained": _after(measured.get("trained_adherence")),
                 "held_out_items": sum((measured.get("held_out") or {}).values()),
                 "trained_items": trained_items,
-                "learned": passed and trained_items > 0,
+                "learned": passed and (trained_items > 0 or _taught_by_later_targets(measured)),
             },
         )
         if row.learned and lesson.first_learned_by_id is None:
@@ -83,6 +86,17 @@ def record_lessons(*, adapter: Adapter, report: dict, passed: bool) -> list[Less
 
 def _after(rates: dict | None) -> float | None:
     return rates["after"] if rates else None
+
+
+def _taught_by_later_targets(measured: dict) -> bool:
+    """A lesson a run trained no item of (every target superseded by a later lesson's, see
+    superseded_targets) that the candidate follows better than what served: the later
+    lesson's targets carried it ("Answer:" given, then "Hope this helps." before a retrain:
+    the ending's targets begin with "Answer:" too, and the candidate followed both on every
+    held-out item). One the candidate follows no better was not taught (a contradicting
+    pair's earlier lesson)."""
+    rates = measured.get("held_out_adherence")
+    return bool(rates) and rates["after"] > rates["before"]
 
 
 @dataclass(frozen=True)

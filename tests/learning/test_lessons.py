@@ -152,6 +152,40 @@ def test_a_lesson_no_version_learned_is_not_learned(project):
     assert LessonAdherence.objects.get().learned is False
 
 
+def _superseded(text: str, before: float, after: float) -> dict:
+    """A per_lesson row of a lesson whose every target a later lesson superseded: no item
+    trained, its 4 items evaluated as held out."""
+    return {
+        **_measured(text, after),
+        "trained": {"fixed": 0, "still failing": 0, "regressed": 0, "still passing": 0},
+        "trained_adherence": None,
+        "held_out_adherence": {"before": before, "after": after},
+    }
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "state"),
+    [(0.0, 1.0, "kept"), (0.5, 0.5, "not learned"), (0.5, 0.25, "not learned")],
+)
+def test_a_lesson_carried_by_a_later_lessons_targets_is_learned_where_it_is_followed_better(
+    project, before, after, state
+):
+    """ "Answer:" given, then "Hope this helps." before the retrain: every "Answer:" target is
+    superseded, and a candidate the ending's targets taught both learned both; one that follows
+    the superseded lesson no better than what served (a contradicting pair's earlier side)
+    learned nothing of it."""
+    v1 = _version(project, 1)
+    _serve(project, v1)
+    record_lessons(
+        adapter=v1, report={"per_lesson": [_superseded(FRENCH, before, after)]}, passed=True
+    )
+
+    [french] = lesson_ledger(project)
+
+    assert french.state == state
+    assert french.lesson.first_learned_adherence == (after if state == "kept" else None)
+
+
 def test_another_projects_lessons_stay_in_their_ledger(project, other_project):
     record_lessons(
         adapter=_version(other_project, 1),
