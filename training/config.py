@@ -65,7 +65,8 @@ class TrainingConfig:
     # weights a run starts from have not learned, however few the targets (4-16 targets at 3
     # epochs would be ~3 updates, which teach nothing). Per lesson: a retrain given "Answer:"
     # and "Hope this helps." at once learned only the first in 24 updates (2 runs of 2) and
-    # both in 48 in 1 run of 2 (bench/README.md, "Two new lessons in one retrain").
+    # both in 48 in 2 runs of 3 (bench/README.md, "Two new lessons in one retrain" and "The
+    # guard holds a retrain").
     min_steps: int = Field(24, ge=1, le=10_000)
     # The largest number of sequences per forward pass; a small set gets smaller batches (at
     # least 4 per pass over the data) so it is seen in more, distinct updates.
