@@ -65,7 +65,7 @@ class TrainingConfig:
     # weights a run starts from have not learned, however few the targets (4-16 targets at 3
     # epochs would be ~3 updates, which teach nothing). Per lesson: a retrain given "Answer:"
     # and "Hope this helps." at once learned only the first in 24 updates (2 runs of 2) and
-    # both in 48 in 2 runs of 3 (bench/README.md, "Two new lessons in one retrain" and "The
+    # both in 48 in 2 runs of 4 (bench/README.md, "Two new lessons in one retrain" and "The
     # guard holds a retrain").
     min_steps: int = Field(24, ge=1, le=10_000)
     # The largest number of sequences per forward pass; a small set gets smaller batches (at
@@ -165,10 +165,10 @@ class TrainingConfig:
     # nobody reviewed; "serving", the adapter the run starts from (where it starts from one,
     # see start_from; else the base), so a retrain is held to what serves, earlier lessons
     # included. Four lessons one after another (bench/README.md, "The guard holds a retrain to
-    # what serves"), one run each: held to what serves, v3 followed all three lessons at 1.00
-    # and v4 was refused (4 facts broken, 1 item of "under 40 words"); held to the base, v3
-    # was refused (3 facts) and v4, given two new lessons, followed all four at 1.00. Neither
-    # leads, so the base stays.
+    # what serves"): held to what serves (1 run), v3 followed all three lessons at 1.00 and v4
+    # was refused (4 facts broken, 1 item of "under 40 words"); held to the base (2 runs), v3
+    # was refused both times (3 and 4 facts) and v4, given two new lessons, followed all four
+    # at 1.00 once and was refused once. Neither leads yet, so the base stays.
     guard_keeps: GuardKeeps = "base"
     # Share of each kind of feedback (same text, 4 items or more) kept out of training so the
     # gate can see whether the lesson generalises (training/eval_sets.py).
