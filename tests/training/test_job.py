@@ -374,23 +374,17 @@ def test_the_guard_keeps_the_serving_adapter_where_the_run_starts_from_it(
     make_job, tmp_path, guard_adapters, start_from, guard_keeps, guarded_by
 ):
     """Held to the adapter it started from, a retrain keeps what serves; a run from the base
-    has nothing else to be held to. Neither checkpoints nor the candidate hold that adapter."""
+    has nothing else to be held to. The candidate written does not hold that adapter."""
     first = run_job(make_job(), Recorder())
     serving = ServingAdapter(name="acme-v1", version=1, path=first.adapter.path)
     config = dataclasses.replace(CONFIG, start_from=start_from, guard_keeps=guard_keeps)
-    job = make_job(
-        adapter_root=tmp_path / "second",
-        checkpoint_dir=tmp_path / "second-checkpoints",
-        serving_adapter=serving,
-        config=config,
-    )
+    job = make_job(adapter_root=tmp_path / "second", serving_adapter=serving, config=config)
 
     second = run_job(job, Recorder())
 
     assert guard_adapters == [None, guarded_by]  # the first run: no adapter serves yet
     assert second.metrics["serving"] == {"name": "acme-v1", "version": 1}
-    written = [second.adapter.path, *(tmp_path / "second-checkpoints").glob("step-*")]
-    assert all(not (path / SERVING_ADAPTER).exists() for path in written)
+    assert not (second.adapter.path / SERVING_ADAPTER).exists()
     assert sorted(path.name for path in second.adapter.path.iterdir()) == sorted(
         path.name for path in first.adapter.path.iterdir()
     )

@@ -424,15 +424,27 @@ def test_given_a_loaded_adapter_the_guard_holds_the_student_to_it_not_to_the_bas
     serving.save_pretrained(tmp_path / "serving")
     replay = _examples()[2:]
     new = [Example(_user(q), {"role": "assistant", "content": "yes"}) for q in QUESTIONS[:2]]
-    guarded = _sft_config(epochs=6, base_kl_weight=5.0)
+    guarded = _sft_config(epochs=6, base_kl_weight=5.0, save_every_steps=2)
     drifts = {}
     for guard_adapter in (None, "serving"):
         student = make_student(guarded)
         student.load_adapter(str(tmp_path / "serving"), adapter_name="serving")
         load_adapter_weights(student, tmp_path / "serving")  # starts where serving is
-        train(student, tokenizer, guarded, examples=new, replay=replay, guard_adapter=guard_adapter)
+        checkpoints = tmp_path / f"checkpoints-{guard_adapter}"
+        train(
+            student,
+            tokenizer,
+            guarded,
+            examples=new,
+            replay=replay,
+            checkpoint_dir=checkpoints,
+            guard_adapter=guard_adapter,
+        )
         assert student.active_adapter == "default"
         drifts[guard_adapter] = _regression_drift(student, tokenizer, replay, against="serving")
+        # A checkpoint holds the trained adapter alone, not the guard's.
+        saved = list(checkpoints.glob("step-*"))
+        assert saved and all(not (path / "serving").exists() for path in saved)
 
     assert drifts["serving"] < 0.5 * drifts[None]
 
