@@ -277,6 +277,8 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
             # the base answered them).
             "replay_lessons": [lesson.feedback for lesson in lessons],
             "started_from": started_from,
+            # Whose replies the forgetting guard held the run to (TrainingConfig.guard_keeps).
+            "guarded_by": serving_name if guard_adapter else "base",
             # Each gets min_steps updates (TrainingConfig.fewest_steps).
             "new_lessons": sorted(new_lessons),
         },

@@ -217,6 +217,24 @@ def test_held_out_per_tag_and_regression_sections_show_when_present(project, tra
     assert "policy_timeout 3" in html  # what the training data left out
 
 
+@pytest.mark.parametrize(
+    ("guarded_by", "says"),
+    [("acme-v1", "the forgetting guard holding it to acme-v1"), ("base", None)],
+)
+def test_the_page_says_what_the_run_started_from_and_what_the_guard_held_it_to(
+    project, trace, victor, guarded_by, says
+):
+    train = {"steps": 24, "tokens": 900, "seconds": 12.0, "started_from": "acme-v1"}
+    make_adapter(project, trace, 2, metrics={"train": {**train, "guarded_by": guarded_by}})
+
+    html = logged_in(victor).get("/p/acme/adapters/2/").content.decode()
+
+    assert "starting from acme-v1" in html
+    assert ("forgetting guard holding it" in html) == bool(says)
+    if says:
+        assert says in html
+
+
 def test_an_old_report_without_the_new_sections_renders(project, trace, victor):
     adapter = make_adapter(project, trace, 1, metrics={"feedback_items": {"fixed": 1}})
     Adapter.objects.filter(pk=adapter.pk).update(run=None)

@@ -383,6 +383,7 @@ def test_the_guard_keeps_the_serving_adapter_where_the_run_starts_from_it(
     second = run_job(job, Recorder())
 
     assert guard_adapters == [None, guarded_by]  # the first run: no adapter serves yet
+    assert second.metrics["train"]["guarded_by"] == ("acme-v1" if guarded_by else "base")
     assert second.metrics["serving"] == {"name": "acme-v1", "version": 1}
     assert not (second.adapter.path / SERVING_ADAPTER).exists()
     assert sorted(path.name for path in second.adapter.path.iterdir()) == sorted(
