@@ -120,10 +120,9 @@ def _make_project(env: dict, vllm_url: str, alias: str, slug: str) -> str:
 
 def screenshot(product: Product, path: str, page_of_project: str, element: str = "") -> None:
     """A full-page screenshot of one dashboard page (or of its `element`, a CSS selector) as a
-    project admin sees it (Debian's
-    chromium, as the browser tests use; Playwright is a dev dependency). The admin's session is
-    made on the server, as the browser tests make theirs: the production settings' CSRF check
-    refuses a login form posted over plain HTTP."""
+    project admin sees it (Debian's chromium, as the browser tests use; Playwright is a dev
+    dependency). The admin's session is made on the server, as the browser tests make theirs:
+    the production settings' CSRF check refuses a login form posted over plain HTTP."""
     from playwright.sync_api import sync_playwright
 
     code = (
