@@ -191,12 +191,13 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
 
     examples = preference_pairs_kept(job.examples, job.feedback_items, config)
     new_lessons = lessons_to_learn(job.feedback_items, from_serving=started_from == serving_name)
-    # The guard holds the student to the weights it started from: loaded beside it, frozen
-    # (the candidate's own weights move from the first update on).
-    guard_adapter = None
-    if config.guard_keeps == "serving" and job.serving_adapter and started_from == serving_name:
-        model.load_adapter(str(job.serving_adapter.path), adapter_name=SERVING_ADAPTER)
-        guard_adapter = SERVING_ADAPTER
+    serving = job.serving_adapter
+    if serving is not None:  # beside the candidate, frozen, until the candidate is written:
+        model.load_adapter(str(serving.path), adapter_name=SERVING_ADAPTER)  # the before side
+    # ...and, where the config says so, the guard's reference: the weights the run started
+    # from, which the candidate's own leave from the first update on.
+    holds_to_serving = config.guard_keeps == "serving" and started_from == serving_name
+    guard_adapter = SERVING_ADAPTER if holds_to_serving else None
     result = trainer.train(
         model,
         tokenizer,
@@ -216,9 +217,6 @@ def run_job(job: TrainingJob, callbacks: JobCallbacks) -> TrainingOutcome:
 
     callbacks.on_phase("evaluating")
     regression_items = [*general_regression_items(), *job.regression_items]
-    serving = job.serving_adapter
-    if serving is not None and guard_adapter is None:  # beside the candidate, until it is written
-        model.load_adapter(str(serving.path), adapter_name=SERVING_ADAPTER)
     serving_side: dict = {}  # the serving side's replies, answered once for every candidate
     with httpx.Client(timeout=EVALUATION_TIMEOUT_S) as client:
         replier, evaluated_on = choose_replier(
