@@ -8,6 +8,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
     python bench/lessons.py --start-from base      # each retrain from the base, not what serves
     python bench/lessons.py --retrain-after 1 2 4 --min-steps 48   # two new lessons in one retrain
     python bench/lessons.py --guard-keeps base     # the guard holds each retrain to the base
+    python bench/lessons.py --guard-reference lesson_edits   # replay: the base's answers, edited
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default settings but one: "checks pass"
@@ -46,7 +47,7 @@ from product import (
 )
 
 from training.chat import message_text
-from training.config import GuardKeeps, StartFrom, TrainingConfig
+from training.config import GuardKeeps, GuardReference, StartFrom, TrainingConfig
 
 BENCH_DATABASE = "apprentice_bench_lessons"
 ALIAS = "team-agent"
@@ -350,6 +351,12 @@ def main() -> None:
         help="whom the forgetting guard holds a retrain to: the adapter it starts from, the base",
     )
     parser.add_argument(
+        "--guard-reference",
+        choices=typing.get_args(GuardReference),
+        default=TrainingConfig().guard_reference,
+        help="the guard's reference on general prompts (training/config.py guard_reference)",
+    )
+    parser.add_argument(
         "--ledger-screenshot",
         default="",
         help="after each retrain, capture the lessons ledger on its adapter's page to this PNG",
@@ -392,12 +399,13 @@ def main() -> None:
                     "start_from": args.start_from,
                     "min_steps": args.min_steps,
                     "guard_keeps": args.guard_keeps,
+                    "guard_reference": args.guard_reference,
                 },
             },
         ).raise_for_status()
         print(f"every retrain starts from {args.start_from}, {args.min_steps} updates at least, "
-              f"the guard keeping {args.guard_keeps}; retrains after lessons "
-              f"{sorted(retrain_after)}", flush=True)  # fmt: skip
+              f"the guard keeping {args.guard_keeps} on {args.guard_reference} replay; "
+              f"retrains after lessons {sorted(retrain_after)}", flush=True)  # fmt: skip
         questions = iter(QUESTIONS)
         given: list[Lesson] = []
         new: list[Lesson] = []  # given since the last retrain

@@ -32,7 +32,9 @@ StartFrom = Literal["base", "serving"]
 GuardKeeps = Literal["serving", "base"]
 
 # What the forgetting guard pulls the student towards on its general prompts (training/replay.py).
-GuardReference = Literal["lessons", "base", "both", "lesson_changes", "lesson_edits"]
+GuardReference = Literal[
+    "lessons", "base", "both", "lesson_changes", "lesson_edits", "aligned_edits"
+]
 # The lessons whose (target, replaced answer) pairs the preference term trains on.
 PreferenceLessons = Literal["followed", "all"]
 
@@ -124,6 +126,12 @@ class TrainingConfig:
     # guard keeps its reference per replay batch the full-loop test's retrain under it fits
     # (368 s), but the gate refused its adapter for 3 of 22 facts broken, where "base" deploys
     # (bench/README.md, '"lesson_edits" with the gate's 22 facts, and what it costs').
+    # "aligned_edits": as "lesson_edits", but the teacher edits the base's finished answer, and
+    # at every token kept from it the reference is the base at that token of its own answer:
+    # after "Answer:" the base goes on "Poland is a country located in...", in its own answer
+    # "The capital of Poland is Warsaw." (2 of the gate's 22 facts lost that way, the base made
+    # to begin with "Answer:"), so the guard holds what follows a lesson's words to what the base
+    # says without them.
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss

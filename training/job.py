@@ -144,9 +144,10 @@ def _general_replay(
     where there are no lessons)."""
     if not lessons:
         return base_replay_examples(base, tokenizer, cache_dir=cache_dir)
-    if reference in ("lessons", "lesson_changes", "lesson_edits"):
+    if reference in ("lessons", "lesson_changes", "lesson_edits", "aligned_edits"):
+        edits = {"lesson_edits": "next_token", "aligned_edits": "answer"}.get(reference)
         return lesson_replay_examples(
-            base, tokenizer, lessons, cache_dir=cache_dir, edit_base=reference == "lesson_edits"
+            base, tokenizer, lessons, cache_dir=cache_dir, base_edits=edits
         )
     # "both": alternating, so that any first replay_examples of them hold both kinds.
     by_base = base_replay_examples(

@@ -20,20 +20,25 @@ choice, unless the teacher shown the lessons finds it unlikely. The teacher alon
 reviewers' corrections as worked examples, copies their openers ("The answer to this question is
 rooted in...") onto questions the base answers outright ("12 times 3 is 36."), and a student
 pulled towards those answers stops stating facts (bench/README.md, "The base's answers, edited
-by the teacher").
+by the teacher"). With "aligned_edits" the teacher edits the base's finished answer, and each
+example carries that answer as its `anchor`: where a lesson puts words in front ("Answer:"),
+the base's choice after them is its choice after "Answer:" ("Poland is a country located
+in..."), its finished answer still says "The capital of Poland is Warsaw." (the trainer takes
+the base's reference at every token copied from it, training/trainer.py).
 """
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.chat import assistant_message_from_text, render_prompt
 from training.eval_sets import REPLAY_PROMPTS, TOOL_REPLAY_EPISODES, TOOL_REPLAY_SYSTEM_PROMPT
 from training.evaluation import MAX_EVAL_TOKENS
-from training.sampling import generate_anchored, generate_replies
+from training.sampling import generate_anchored, generate_edits, generate_replies
 from training.targets import LessonHint, lessons_context
 from training.trainer import Example
 
@@ -47,6 +52,10 @@ LESSON_REPLAY_MAX_NEW_TOKENS = MAX_EVAL_TOKENS
 # kept the base's first sentence in 17 and 13 answers (the teacher alone: 6 and 9) with the
 # lesson followed in 38 and 35; 0.3 kept 7 and 9.
 LESSON_EDIT_KEEP_AT_LEAST = 0.1
+
+# How the teacher edits the base's answers: "next_token", the base's next token under the reply
+# written so far ("lesson_edits"); "answer", the base's finished answer ("aligned_edits").
+BaseEdits = Literal["next_token", "answer"]
 
 
 def base_replay_examples(
@@ -73,27 +82,43 @@ def lesson_replay_examples(
     prompts: Sequence[str] = REPLAY_PROMPTS,
     cache_dir: Path | None = None,
     batch_size: int = 8,
-    edit_base: bool = False,
+    base_edits: BaseEdits | None = None,
 ) -> list[Example]:
     """The teacher's greedy answers to `prompts`, shown every lesson, as examples whose context
     is the bare prompt and whose `teacher_context` is what the teacher saw: the guard's base
-    side is computed there. With `edit_base`, each answer is the base's own to the bare prompt
-    but where the teacher finds the base's token unlikely (generate_anchored). Call before the
-    adapter is added."""
+    side is computed there. With `base_edits`, each answer is the base's own to the bare prompt
+    but where the teacher finds the base's token unlikely: its next token as it writes
+    ("next_token", generate_anchored) or its finished answer ("answer", generate_edits; the
+    example's `anchor` is that answer). Call before the adapter is added."""
     contexts = [[{"role": "user", "content": prompt}] for prompt in prompts]
     shown = [(lessons_context(context, lessons), None) for context in contexts]
-    answers = _greedy_answers(
-        model,
-        tokenizer,
-        shown,
-        LESSON_REPLAY_MAX_NEW_TOKENS,
-        cache_dir,
-        batch_size,
-        anchors=contexts if edit_base else None,
-    )
+    anchors: list[str | None] = [None] * len(contexts)
+    if base_edits == "answer":
+        bare = [(context, None) for context in contexts]
+        anchors = _greedy_answers(
+            model, tokenizer, bare, LESSON_REPLAY_MAX_NEW_TOKENS, cache_dir, batch_size
+        )
+        answers = _edited_answers(model, tokenizer, shown, anchors, cache_dir, batch_size)
+    else:
+        answers = _greedy_answers(
+            model,
+            tokenizer,
+            shown,
+            LESSON_REPLAY_MAX_NEW_TOKENS,
+            cache_dir,
+            batch_size,
+            anchors=contexts if base_edits == "next_token" else None,
+        )
     return [
-        Example(context, assistant_message_from_text(answer.strip()), teacher_context=seen)
-        for context, (seen, _), answer in zip(contexts, shown, answers, strict=True)
+        Example(
+            context,
+            assistant_message_from_text(answer.strip()),
+            teacher_context=seen,
+            anchor=assistant_message_from_text(anchor.strip()) if anchor else None,
+        )
+        for context, (seen, _), answer, anchor in zip(
+            contexts, shown, answers, anchors, strict=True
+        )
         if answer.strip()
     ]
 
@@ -146,10 +171,8 @@ def _greedy_answers(
     key = [getattr(model.config, "_name_or_path", ""), conversations, max_new_tokens]
     if anchors is not None:
         key += [anchors, LESSON_EDIT_KEEP_AT_LEAST]
-    cache = _cache_file(key, cache_dir) if cache_dir is not None else None
-    if cache is not None and cache.exists():
-        answers = json.loads(cache.read_text())
-    else:
+
+    def generate() -> list[str]:
         answers = []
         for start in range(0, len(conversations), batch_size):
             prompts = [
@@ -174,11 +197,64 @@ def _greedy_answers(
                     keep_at_least=LESSON_EDIT_KEEP_AT_LEAST,
                 )
             answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
-        if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            partial = cache.with_suffix(".partial")
-            partial.write_text(json.dumps(answers))
-            partial.replace(cache)
+        return answers
+
+    return _cached(key, cache_dir, generate)
+
+
+def _edited_answers(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    shown: list[tuple[list[dict], list[dict] | None]],
+    anchors: list[str],
+    cache_dir: Path | None,
+    batch_size: int,
+) -> list[str]:
+    """The model's greedy reply to each of the `shown` conversations, editing the same row's
+    finished answer in `anchors` where the conversation makes its next token unlikely
+    (generate_edits); cached as _greedy_answers' are."""
+    key = [getattr(model.config, "_name_or_path", ""), shown, anchors]
+    key += [LESSON_REPLAY_MAX_NEW_TOKENS, LESSON_EDIT_KEEP_AT_LEAST]
+
+    def generate() -> list[str]:
+        answers = []
+        for start in range(0, len(shown), batch_size):
+            rows = slice(start, start + batch_size)
+            replies = generate_edits(
+                model,
+                [render_prompt(tokenizer, context, tools) for context, tools in shown[rows]],
+                [_anchor_ids(tokenizer, anchor) for anchor in anchors[rows]],
+                eos_token_id=tokenizer.eos_token_id,
+                max_new_tokens=LESSON_REPLAY_MAX_NEW_TOKENS,
+                keep_at_least=LESSON_EDIT_KEEP_AT_LEAST,
+            )
+            answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
+        return answers
+
+    return _cached(key, cache_dir, generate)
+
+
+def _anchor_ids(tokenizer: PreTrainedTokenizerBase, answer: str) -> list[int]:
+    """The tokens of a base's answer for an edit to copy: its first word as it is written after
+    other words (" The", not "The": a lesson's words in front leave a space before it; an edit
+    that keeps the answer's start writes its own "The" and goes on at " capital"). No
+    end-of-turn token: past the answer's last word the teacher writes alone, and ends the answer
+    or adds what a lesson puts at the end."""
+    return tokenizer.encode(" " + answer.lstrip(), add_special_tokens=False)
+
+
+def _cached(key: list, cache_dir: Path | None, generate: Callable[[], list[str]]) -> list[str]:
+    """`generate()`'s answers, kept in `cache_dir` under `key` (one base's greedy answers never
+    change) and read from there after the first time."""
+    cache = _cache_file(key, cache_dir) if cache_dir is not None else None
+    if cache is not None and cache.exists():
+        return json.loads(cache.read_text())
+    answers = generate()
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(".partial")
+        partial.write_text(json.dumps(answers))
+        partial.replace(cache)
     return answers
 
 

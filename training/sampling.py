@@ -167,6 +167,66 @@ def generate_anchored(
     return _until_end(written.tolist(), eos_token_id)
 
 
+def generate_edits(
+    model: PreTrainedModel,
+    prompts: list[list[int]],
+    anchors: list[list[int]],
+    *,
+    eos_token_id: int,
+    max_new_tokens: int,
+    keep_at_least: float,
+    lookahead: int = 4,
+) -> list[list[int]]:
+    """One greedy reply per prompt that edits the same row's finished reply `anchors[row]`: it
+    copies the anchor's next token wherever the model under `prompt` gives it at least
+    `keep_at_least` probability; elsewhere it writes its own greedy token, and goes on after that
+    token's first place among the anchor's next `lookahead` (a word left out, or spelled
+    another way) or, where it is not among them, from the same anchor token (a word put in).
+    Past the anchor's end the model writes alone.
+
+    Unlike generate_anchored, whose anchor is a context and reads the reply written so far, the
+    anchor here is the text: after a lesson puts "Answer:" in front, the reply goes on with the
+    base's own "The capital of Poland is Warsaw.", not with what the base writes after
+    "Answer:" ("Poland is a country located in...").
+    """
+    if len(prompts) != len(anchors):
+        raise ValueError("every prompt needs its anchor")
+    input_ids, attention_mask = _left_padded(prompts, eos_token_id, model.device)
+    next_anchor = [0] * len(prompts)
+    written: list[list[int]] = [[] for _ in prompts]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = _forward(model, input_ids, attention_mask, None)
+            for _ in range(max_new_tokens):
+                probabilities = output.logits[:, -1].softmax(dim=-1)
+                greedy = probabilities.argmax(dim=-1).tolist()
+                tokens = []
+                for row, anchor in enumerate(anchors):
+                    if written[row] and written[row][-1] == eos_token_id:
+                        tokens.append(eos_token_id)
+                        continue
+                    at = next_anchor[row]
+                    if at < len(anchor) and probabilities[row, anchor[at]] >= keep_at_least:
+                        token, next_anchor[row] = anchor[at], at + 1
+                    else:
+                        token = greedy[row]
+                        ahead = anchor[at : at + lookahead]
+                        if token in ahead:
+                            next_anchor[row] = at + ahead.index(token) + 1
+                    written[row].append(token)
+                    tokens.append(token)
+                if all(row[-1] == eos_token_id for row in written):
+                    break
+                step = torch.tensor(tokens, device=model.device)[:, None]
+                attention_mask = torch.cat([attention_mask, torch.ones_like(step)], dim=1)
+                output = _forward(model, step, attention_mask, output.past_key_values)
+    finally:
+        model.train(was_training)
+    return _until_end(written, eos_token_id)
+
+
 def _until_end(rows: list[list[int]], eos_token_id: int) -> list[list[int]]:
     """Each row up to and including its first end-of-turn token; nothing after it is kept."""
     return [row[: row.index(eos_token_id) + 1] if eos_token_id in row else row for row in rows]

@@ -12,7 +12,9 @@ replay examples (the base's own answers to general prompts, good traces), the ba
 computed with the adapter disabled (or, with `guard_adapter`, as the adapter the run started
 from: TrainingConfig.guard_keeps), under the example's `teacher_context` where it has one
 (the teacher's answers to general prompts, training/replay.py), or, with guard_reference
-"lesson_changes", there only at the tokens the base would not have written itself.
+"lesson_changes", there only at the tokens the base would not have written itself; at the tokens
+a replay reply copied from the base's own (`Example.anchor`, "aligned_edits"), the base at that
+token of its own reply.
 sft can add a preference term: `preference_weight` x DPO on the examples that carry the answer
 their reply replaced (`Example.rejected`), the reference being the base (adapter disabled).
 
@@ -21,6 +23,7 @@ term: over all its pairs), however they are split into micro-batches, so gradien
 gives the same update as one big batch.
 """
 
+import difflib
 import math
 import os
 import shutil
@@ -89,6 +92,10 @@ class Example:
     # replay: the context the guard's base side sees instead of `context` (the teacher's, with
     # the lessons shown); None: the same context as the student.
     teacher_context: list[Message] | None = None
+    # replay: the base's own reply to `context` that `reply` edits (config.guard_reference
+    # "aligned_edits"); at every reply token copied from it the guard's reference is the base at
+    # the same point of this reply, under `context`. None: no anchor.
+    anchor: Message | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,7 @@ class _Tokens:
     reply: list[int]
     teacher_prompt: list[int] | None = None
     rejected: list[int] | None = None
+    anchor: list[int] | None = None  # the reply the guard's replay reply edits (Example.anchor)
 
     @property
     def length(self) -> int:
@@ -448,6 +456,12 @@ def _guard_reference(
     tokens the reference under the student's own context would not have chosen (where the
     lessons change the answer); everywhere else the reference as it is (config.guard_reference
     "lesson_changes" and "lesson_edits").
+
+    Where an example has an `anchor` (the base's own reply that its reply edits), the reference
+    at each reply token copied from the anchor is the reference at that token of the anchor,
+    under the student's context: after "Answer:" put in front of "The capital of Poland is
+    Warsaw.", the guard holds "The" to what the base writes first, not to what it writes after
+    "Answer:" (config.guard_reference "aligned_edits").
     """
     prompts, replies = [seq.prompt for seq in batch], [seq.reply for seq in batch]
     was_training = model.training
@@ -462,9 +476,26 @@ def _guard_reference(
                 reply_ids, _ = pad_right(replies, pad_token_id, model.device)
                 agrees = bare_logits.argmax(dim=-1) == reply_ids
                 logits = torch.where(agrees[..., None], bare_logits, logits)
+            if any(seq.anchor for seq in batch):
+                anchors = [seq.anchor or seq.reply for seq in batch]
+                anchor_logits, _ = reply_logits(model, prompts, anchors, pad_token_id)
+                for row, seq in enumerate(batch):
+                    for reply_at, anchor_at in _copied_from(seq.reply, seq.anchor or []):
+                        logits[row, reply_at] = anchor_logits[row, anchor_at]
     finally:
         model.train(was_training)
     return topk_tail_reference(logits, k)
+
+
+def _copied_from(reply: list[int], anchor: list[int]) -> list[tuple[int, int]]:
+    """(reply position, anchor position) of every reply token an edit of `anchor` kept: the
+    two sequences' longest common blocks, in order (difflib's matching blocks)."""
+    matcher = difflib.SequenceMatcher(None, reply, anchor, autojunk=False)
+    return [
+        (reply_at + offset, anchor_at + offset)
+        for reply_at, anchor_at, size in matcher.get_matching_blocks()
+        for offset in range(size)
+    ]
 
 
 def _preference_loss(
@@ -547,7 +578,12 @@ def _example_tokens(
         teacher_prompt, _ = _prompt_and_reply(
             tokenizer, example.teacher_context, example.reply, example.tools
         )
-    return _Tokens(prompt=prompt, reply=reply, teacher_prompt=teacher_prompt, rejected=rejected)
+    anchor = None
+    if example.anchor is not None:
+        _, anchor = _prompt_and_reply(tokenizer, example.context, example.anchor, example.tools)
+    return _Tokens(
+        prompt=prompt, reply=reply, teacher_prompt=teacher_prompt, rejected=rejected, anchor=anchor
+    )
 
 
 def _prompt_and_reply(
@@ -573,6 +609,7 @@ def _longest(seq: _Tokens, with_rejected: bool = False) -> int:
     """The longest sequence the model runs for this record (the teacher's prompt may be longer;
     `with_rejected`: the replaced reply too)."""
     replies = [seq.reply, seq.rejected or []] if with_rejected else [seq.reply]
+    replies.append(seq.anchor or [])
     return max(len(seq.prompt), len(seq.teacher_prompt or [])) + max(map(len, replies))
 
 

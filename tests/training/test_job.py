@@ -241,7 +241,9 @@ def replayed(monkeypatch) -> list:
     return caught
 
 
-@pytest.mark.parametrize("reference", ["lessons", "lesson_changes", "lesson_edits"])
+@pytest.mark.parametrize(
+    "reference", ["lessons", "lesson_changes", "lesson_edits", "aligned_edits"]
+)
 def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_general_prompts(
     make_job, tmp_path, replayed, reference
 ):
@@ -250,10 +252,13 @@ def test_with_the_lessons_as_the_guards_reference_the_teacher_answers_the_genera
 
     with_lessons = run_job(make_job(config=taught, lessons=lessons), Recorder())
     shown = [example.teacher_context is not None for example in replayed]
+    anchored = [example.anchor is not None for example in replayed]
     base = run_job(make_job(lessons=lessons, adapter_root=tmp_path / "other"), Recorder())
 
     assert with_lessons.metrics["train"]["replay_lessons"] == ["say hello"]
     assert shown and all(shown)
+    # Only the base's finished answers, edited, carry the answer they edit.
+    assert all(anchored) if reference == "aligned_edits" else not any(anchored)
     assert base.metrics["train"]["replay_lessons"] == []
 
 

@@ -73,9 +73,13 @@ def test_edited_answers_are_the_bases_own_where_the_teacher_finds_its_tokens_lik
     teachers = replies(lesson_replay_examples(model, tokenizer, lessons, prompts=prompts))
     bases = replies(base_replay_examples(model, tokenizer, prompts=prompts))
     monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 0.0)  # every base token kept
-    kept = lesson_replay_examples(model, tokenizer, lessons, prompts=prompts, edit_base=True)
+    kept = lesson_replay_examples(
+        model, tokenizer, lessons, prompts=prompts, base_edits="next_token"
+    )
     monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 1.01)  # none kept
-    edited = lesson_replay_examples(model, tokenizer, lessons, prompts=prompts, edit_base=True)
+    edited = lesson_replay_examples(
+        model, tokenizer, lessons, prompts=prompts, base_edits="next_token"
+    )
 
     assert teachers != bases
     assert replies(kept) == bases
@@ -84,3 +88,42 @@ def test_edited_answers_are_the_bases_own_where_the_teacher_finds_its_tokens_lik
     assert [example.teacher_context for example in kept] == [
         lessons_context(example.context, lessons) for example in kept
     ]
+
+
+def test_aligned_edits_carry_the_bases_finished_answer_they_edit(
+    tmp_path, monkeypatch, make_tiny_llama, make_tiny_tokenizer
+):
+    model, tokenizer = make_tiny_llama(), make_tiny_tokenizer()
+    lessons = [LessonHint("say hello", (WorkedExample.reply("say one", "hello one"),))]
+    prompts = ["what is red ?", "say one two three"]
+    monkeypatch.setattr(replay, "REPLAY_MAX_NEW_TOKENS", replay.LESSON_REPLAY_MAX_NEW_TOKENS)
+
+    def replies(examples):
+        return [example.reply for example in examples]
+
+    teachers = replies(lesson_replay_examples(model, tokenizer, lessons, prompts=prompts))
+    bases = replies(base_replay_examples(model, tokenizer, prompts=prompts))
+    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 0.0)  # every base token kept
+    kept = lesson_replay_examples(model, tokenizer, lessons, prompts=prompts, base_edits="answer")
+    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 1.01)  # none kept
+    edited = lesson_replay_examples(
+        model, tokenizer, lessons, prompts=prompts, base_edits="answer", cache_dir=tmp_path
+    )
+    again = lesson_replay_examples(
+        model, tokenizer, lessons, prompts=prompts, base_edits="answer", cache_dir=tmp_path
+    )
+
+    assert teachers != bases
+    # Every token of the base's answer kept; past its end the teacher writes alone.
+    assert all(
+        own["content"] and reply["content"].startswith(own["content"])
+        for reply, own in zip(replies(kept), bases, strict=True)
+    )
+    assert replies(edited) == teachers
+    # Each carries the base's answer it edits; the next-token edits carry none.
+    assert [example.anchor for example in [*kept, *edited]] == bases * 2
+    assert [example.teacher_context for example in edited] == [
+        lessons_context(example.context, lessons) for example in edited
+    ]
+    assert again == edited  # read from the cache: the base's answers and the edits
+    assert len(list(tmp_path.glob("replay-*.json"))) == 2

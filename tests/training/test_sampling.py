@@ -1,6 +1,6 @@
 import torch
 
-from training.sampling import generate_anchored, generate_replies, reply_logits
+from training.sampling import generate_anchored, generate_edits, generate_replies, reply_logits
 
 PROMPTS = [[3, 7, 5, 14, 15, 16], [3, 7, 5, 20], [3, 7, 5, 21, 22, 23, 24, 25]]
 
@@ -105,3 +105,72 @@ def test_reply_logits_are_the_logits_that_predict_each_reply_token(make_tiny_lla
             alone = model(input_ids=torch.tensor([prompt + reply])).logits[0]
         expected = alone[len(prompt) - 1 : len(prompt) - 1 + len(reply)]
         torch.testing.assert_close(logits[row, : len(reply)].detach(), expected, atol=1e-5, rtol=0)
+
+
+def _edits(model, prompts, anchors, keep_at_least, max_new_tokens=8):
+    return generate_edits(
+        model,
+        prompts,
+        anchors,
+        eos_token_id=2,
+        max_new_tokens=max_new_tokens,
+        keep_at_least=keep_at_least,
+    )
+
+
+def test_edits_kept_at_any_probability_copy_the_anchor_and_at_none_are_the_prompts_greedy(
+    make_tiny_llama,
+):
+    model = make_tiny_llama()
+    anchors = [[30, 31, 32, 2], [33, 2], [34, 35, 36, 37, 38, 2]]
+
+    assert _edits(model, SHOWN, anchors, keep_at_least=0.0) == anchors
+    assert _edits(model, SHOWN, anchors, keep_at_least=1.01) == _greedy(model, SHOWN)
+
+
+def _next_token_probabilities(model, prompt: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([prompt])).logits[0, -1].softmax(-1)
+
+
+def _a_token_unlikely_first_and_likely_next(model, prompt: list[int]) -> tuple[int, int, float]:
+    """(the greedy first token, a token w, a threshold) with w below the threshold as the first
+    token and above it as the second, after the greedy first; w is not the greedy second."""
+    first = _next_token_probabilities(model, prompt)
+    greedy = int(first.argmax())
+    second = _next_token_probabilities(model, [*prompt, greedy])
+    ratio = second / first
+    ratio[[greedy, int(second.argmax()), 2]] = 0  # neither greedy token, nor the end
+    token = int(ratio.argmax())
+    assert first[token] < second[token]
+    threshold = float((first[token] * second[token]).sqrt())
+    return greedy, token, threshold
+
+
+def test_an_edit_puts_its_own_token_in_and_goes_on_from_the_same_anchor_token(make_tiny_llama):
+    model = make_tiny_llama()
+    prompt = SHOWN[0]
+    greedy, token, threshold = _a_token_unlikely_first_and_likely_next(model, prompt)
+
+    # The anchor's first token is too unlikely first: the model writes its own, and the
+    # anchor's token, likely enough after it, comes next.
+    reply = _edits(model, [prompt], [[token]], keep_at_least=threshold, max_new_tokens=2)
+
+    assert reply == [[greedy, token]]
+
+
+def test_an_edit_that_writes_the_anchors_next_token_leaves_out_the_one_before(make_tiny_llama):
+    model = make_tiny_llama()
+    prompt = SHOWN[0]
+    greedy, token, threshold = _a_token_unlikely_first_and_likely_next(model, prompt)
+    first = _next_token_probabilities(model, prompt)
+    left_out = int(first.argmin())
+    assert first[left_out] < threshold and left_out not in (greedy, token)
+
+    # The model's own first token is the anchor's second: the first is left out, and the
+    # anchor goes on from its third.
+    reply = _edits(
+        model, [prompt], [[left_out, greedy, token]], keep_at_least=threshold, max_new_tokens=2
+    )
+
+    assert reply == [[greedy, token]]

@@ -6,6 +6,7 @@ import torch
 from training.chat import render_prompt
 from training.config import TrainingConfig
 from training.evaluation import divergence
+from training.losses import topk_tail_reference
 from training.sampling import adapter_disabled, generate_replies, reply_logits, weights_of
 from training.trainer import (
     DistillItem,
@@ -669,3 +670,42 @@ def test_the_guard_takes_the_teacher_only_where_the_lesson_changes_the_base_s_to
     assert guard(own) > 1e-3  # the teacher everywhere: the lesson pulls
     assert guard(own, teacher_where_it_differs=True) == pytest.approx(0.0, abs=1e-6)
     assert guard(other, teacher_where_it_differs=True) > 1e-3
+
+
+def test_at_tokens_an_edit_kept_from_the_bases_answer_the_guard_holds_the_base_s_own_there(
+    make_student, tokenizer
+):
+    """guard_reference "aligned_edits": a replay reply is the base's own answer with words put
+    in front ("answer :"). At the inserted words the reference is the teacher (the lesson
+    shown); at every token kept from the base's answer it is the base at that token of its
+    own answer, not the base reading the inserted words first."""
+    from training.trainer import _guard_reference
+
+    student = make_student(_sft_config())
+    prompt = render_prompt(tokenizer, _user(QUESTIONS[0]))
+    teacher_prompt = render_prompt(
+        tokenizer, _user(f"{QUESTIONS[0]} reviewer feedback : {FEEDBACK}")
+    )
+    with torch.no_grad(), adapter_disabled(student):
+        (own,) = generate_replies(
+            student,
+            [prompt],
+            eos_token_id=tokenizer.eos_token_id,
+            max_new_tokens=8,
+            temperature=None,
+        )
+        inserted = tokenizer.encode("answer :", add_special_tokens=False)
+        edited = inserted + own
+        taught, _ = reply_logits(student, [teacher_prompt], [edited], 0)
+        bases_own, _ = reply_logits(student, [prompt], [own], 0)
+        expected = torch.cat([taught[:, : len(inserted)], bases_own], dim=1)
+    plain = _Tokens(prompt=prompt, reply=edited, teacher_prompt=teacher_prompt)
+    anchored = dataclasses.replace(plain, anchor=own)
+
+    top_ids, log_buckets = _guard_reference(student, [anchored], 0, k=20)
+    wanted_ids, wanted_buckets = topk_tail_reference(expected, k=20)
+    assert torch.equal(top_ids, wanted_ids)
+    assert torch.allclose(log_buckets, wanted_buckets, atol=1e-5)
+    # Without the anchor the kept tokens' reference is the teacher's, which differs.
+    unanchored_ids, _ = _guard_reference(student, [plain], 0, k=20)
+    assert not torch.equal(unanchored_ids[:, len(inserted) :], wanted_ids[:, len(inserted) :])
