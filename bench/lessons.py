@@ -9,6 +9,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
     python bench/lessons.py --retrain-after 1 2 4 --min-steps 48   # two new lessons in one retrain
     python bench/lessons.py --guard-keeps base     # the guard holds each retrain to the base
     python bench/lessons.py --guard-reference lesson_edits   # replay: the base's answers, edited
+    python bench/lessons.py --teacher-edits        # the teacher's edit of each answer proposed
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default settings but one: "checks pass"
@@ -357,6 +358,11 @@ def main() -> None:
         help="the guard's reference on general prompts (training/config.py guard_reference)",
     )
     parser.add_argument(
+        "--teacher-edits",
+        action="store_true",
+        help="propose the teacher's edit of each answer before its samples (teacher_edits)",
+    )
+    parser.add_argument(
         "--ledger-screenshot",
         default="",
         help="after each retrain, capture the lessons ledger on its adapter's page to this PNG",
@@ -400,11 +406,13 @@ def main() -> None:
                     "min_steps": args.min_steps,
                     "guard_keeps": args.guard_keeps,
                     "guard_reference": args.guard_reference,
+                    "teacher_edits": args.teacher_edits,
                 },
             },
         ).raise_for_status()
         print(f"every retrain starts from {args.start_from}, {args.min_steps} updates at least, "
               f"the guard keeping {args.guard_keeps} on {args.guard_reference} replay; "
+              f"teacher edits {'on' if args.teacher_edits else 'off'}; "
               f"retrains after lessons {sorted(retrain_after)}", flush=True)  # fmt: skip
         questions = iter(QUESTIONS)
         given: list[Lesson] = []

@@ -92,6 +92,12 @@ class TrainingConfig:
     # (appended to the last user/tool message, without the original answer) or "rewrite"
     # (original answer + feedback, "rewrite it"). "hint" kept facts better (DESIGN.md).
     teacher_prompt: Literal["hint", "rewrite"] = "hint"
+    # Whether the teacher's greedy edit of the original answer (its words kept wherever the
+    # teacher finds them likely, training.targets.EditRequest) is proposed before its samples:
+    # the smallest change the feedback asks for, where samples add openers of their own
+    # ("Answer: The answer to this question is that...") that broke 6 facts in
+    # bench/lessons.py's run P.
+    teacher_edits: bool = False
     # Forgetting guard: weight of KL(base || student) on the replay set (the base's own answers
     # to general prompts, and good traces); 0 turns it off. At 0.5 a lesson about how answers
     # end ("suggest an expert") shortened factual answers and broke 2 of 11 facts; at 2.0 every

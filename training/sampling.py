@@ -167,6 +167,54 @@ def generate_anchored(
     return _until_end(written.tolist(), eos_token_id)
 
 
+# An edit goes on from the anchor token after the one it wrote where that is among the anchor's
+# next EDIT_LOOKAHEAD tokens (a word or two left out, or its first word spelled another way).
+EDIT_LOOKAHEAD = 4
+
+
+class AnchoredEdit:
+    """A reply being written as an edit of a finished reply, the anchor: which of the anchor's
+    tokens comes next, as the edit keeps some and writes its own (generate_edits; the teacher's
+    edit over a model server, training/targets.py).
+
+    `after_words` is the anchor as it reads after other words (its first word with a space
+    before it, " The" where the anchor begins "The"): an edit whose first token is its own put
+    words in front, and goes on with that."""
+
+    def __init__(
+        self,
+        anchor: list[int],
+        after_words: list[int] | None = None,
+        lookahead: int = EDIT_LOOKAHEAD,
+    ) -> None:
+        self.anchor = anchor
+        self.after_words = after_words if after_words is not None else anchor
+        self.lookahead = lookahead
+        self.at = 0  # the anchor's next token
+        self.written: list[int] = []
+
+    def rest(self) -> list[int]:
+        """The anchor's tokens not yet kept or passed over."""
+        return self.anchor[self.at :]
+
+    def keep(self) -> int:
+        """Write the anchor's next token."""
+        token = self.anchor[self.at]
+        self.written.append(token)
+        self.at += 1
+        return token
+
+    def write(self, token: int) -> None:
+        """Write a token of the edit's own in place of the anchor's next: where it is among the
+        anchor's next `lookahead`, the ones before it are left out; else it is put in."""
+        if not self.written:
+            self.anchor = self.after_words
+        self.written.append(token)
+        ahead = self.anchor[self.at : self.at + self.lookahead]
+        if token in ahead:
+            self.at += ahead.index(token) + 1
+
+
 def generate_edits(
     model: PreTrainedModel,
     prompts: list[list[int]],
@@ -175,14 +223,13 @@ def generate_edits(
     eos_token_id: int,
     max_new_tokens: int,
     keep_at_least: float,
-    lookahead: int = 4,
+    after_words: list[list[int]] | None = None,
 ) -> list[list[int]]:
     """One greedy reply per prompt that edits the same row's finished reply `anchors[row]`: it
-    copies the anchor's next token wherever the model under `prompt` gives it at least
-    `keep_at_least` probability; elsewhere it writes its own greedy token, and goes on after that
-    token's first place among the anchor's next `lookahead` (a word left out, or spelled
-    another way) or, where it is not among them, from the same anchor token (a word put in).
-    Past the anchor's end the model writes alone.
+    keeps the anchor's next token wherever the model under `prompt` gives it at least
+    `keep_at_least` probability; elsewhere it writes its own greedy token (AnchoredEdit: a word
+    left out, or put in; once it puts words in front, the anchor as it reads after words,
+    `after_words[row]`). Past the anchor's end the model writes alone.
 
     Unlike generate_anchored, whose anchor is a context and reads the reply written so far, the
     anchor here is the text: after a lesson puts "Answer:" in front, the reply goes on with the
@@ -191,9 +238,11 @@ def generate_edits(
     """
     if len(prompts) != len(anchors):
         raise ValueError("every prompt needs its anchor")
+    edits = [
+        AnchoredEdit(anchor, after_words[row] if after_words is not None else None)
+        for row, anchor in enumerate(anchors)
+    ]
     input_ids, attention_mask = _left_padded(prompts, eos_token_id, model.device)
-    next_anchor = [0] * len(prompts)
-    written: list[list[int]] = [[] for _ in prompts]
     was_training = model.training
     model.eval()
     try:
@@ -202,29 +251,21 @@ def generate_edits(
             for _ in range(max_new_tokens):
                 probabilities = output.logits[:, -1].softmax(dim=-1)
                 greedy = probabilities.argmax(dim=-1).tolist()
-                tokens = []
-                for row, anchor in enumerate(anchors):
-                    if written[row] and written[row][-1] == eos_token_id:
-                        tokens.append(eos_token_id)
-                        continue
-                    at = next_anchor[row]
-                    if at < len(anchor) and probabilities[row, anchor[at]] >= keep_at_least:
-                        token, next_anchor[row] = anchor[at], at + 1
+                for row, edit in enumerate(edits):
+                    if edit.written[-1:] == [eos_token_id]:
+                        edit.written.append(eos_token_id)  # padding: only the reply is read
+                    elif edit.rest() and probabilities[row, edit.rest()[0]] >= keep_at_least:
+                        edit.keep()
                     else:
-                        token = greedy[row]
-                        ahead = anchor[at : at + lookahead]
-                        if token in ahead:
-                            next_anchor[row] = at + ahead.index(token) + 1
-                    written[row].append(token)
-                    tokens.append(token)
-                if all(row[-1] == eos_token_id for row in written):
+                        edit.write(greedy[row])
+                if all(eos_token_id in edit.written for edit in edits):
                     break
-                step = torch.tensor(tokens, device=model.device)[:, None]
-                attention_mask = torch.cat([attention_mask, torch.ones_like(step)], dim=1)
-                output = _forward(model, step, attention_mask, output.past_key_values)
+                step = torch.tensor([edit.written[-1] for edit in edits], device=model.device)
+                attention_mask = torch.cat([attention_mask, torch.ones_like(step[:, None])], dim=1)
+                output = _forward(model, step[:, None], attention_mask, output.past_key_values)
     finally:
         model.train(was_training)
-    return _until_end(written, eos_token_id)
+    return _until_end([edit.written for edit in edits], eos_token_id)
 
 
 def _until_end(rows: list[list[int]], eos_token_id: int) -> list[list[int]]:

@@ -11,6 +11,7 @@ only part that runs a model, behind the `Teacher` protocol.
 
 import copy
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
@@ -23,7 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.chat import Message, assistant_message_from_text, message_text, render_prompt
 from training.checks import CheckResult, check_reply, passes_every_check
-from training.sampling import generate_replies
+from training.sampling import AnchoredEdit, generate_edits, generate_replies
 
 # The worker's sampling (reviewapp/learning/proposals.py, bench/learning.py): rounds of
 # TEACHER_SAMPLES_PER_ROUND until a revision passes the checks or TEACHER_BUDGET samples are
@@ -37,6 +38,15 @@ TEACHER_BUDGET = 16
 # use the word 'very'" (one asked again: all 16 revisions "truncated at max_tokens").
 MIN_REVISION_TOKENS = 64
 MAX_REVISION_TOKENS = 320
+
+
+# The teacher's edit of the original answer (config.teacher_edits): the original's token is kept
+# wherever the teacher gives it at least this probability, as the guard's edited replay keeps
+# the base's (training/replay.py). An edit that keeps rewriting stops being one: after
+# EDIT_ROUNDS tokens of its own the teacher finishes the answer alone (over a server: one
+# request a token until then).
+EDIT_KEEP_AT_LEAST = 0.1
+EDIT_ROUNDS = 24
 
 
 def revision_budget(original: Message) -> int:
@@ -137,8 +147,24 @@ class TeacherSample:
     truncated: bool
 
 
+@dataclass(frozen=True)
+class EditRequest:
+    """The teacher's greedy edit of the answer `original` under `messages`: the original's next
+    token wherever the teacher gives it at least `keep_at_least`, its own token elsewhere
+    (training.sampling.generate_edits), at most `max_tokens` in all."""
+
+    messages: list[Message]
+    original: str
+    max_tokens: int
+    tools: list[dict] | None = None
+    keep_at_least: float = EDIT_KEEP_AT_LEAST
+
+
 class Teacher(Protocol):
     def sample(self, request: SampleRequest) -> list[TeacherSample]: ...
+
+    # None where the teacher cannot score given tokens (an endpoint that is not vLLM).
+    def edit(self, request: EditRequest) -> TeacherSample | None: ...
 
 
 def student_context(messages: list[Message], turn: int) -> list[Message]:
@@ -260,6 +286,7 @@ def propose_targets(
     budget: int = 4,
     examples: Sequence[WorkedExample] = (),
     unkept_lessons: Callable[[Message, list[Message]], tuple[str, ...]] | None = None,
+    edit_original: bool = False,
 ) -> list[Proposal]:
     """The teacher's distinct revisions of the turn, best first, each marked with whether it
     can be a target.
@@ -277,6 +304,12 @@ def propose_targets(
     and passing revisions that keep them come first: a target for a new lesson that breaks an
     earlier one teaches the model to break it (an ending appended to answers the team had
     taught to stay under 40 words took them over it: bench/README.md).
+
+    `edit_original`: the teacher's greedy edit of the original answer is a proposal too, before
+    the samples (a text answer only). It changes the answer only where the teacher finds the
+    original's words unlikely, so where it passes it is the smallest change the feedback asked
+    for ("Answer: Cats are known to be curious...", where samples read "Answer: The answer to
+    this question is that cats..."), and the closest to the original.
     """
     turn = resolve_turn(trace_messages, turn)
     context = student_context(trace_messages, turn)
@@ -289,32 +322,41 @@ def propose_targets(
         raise ValueError(f"prompt must be 'hint' or 'rewrite', not {prompt!r}")
 
     proposals, seen, sampled = [], set(), 0
+
+    def propose(sample: TeacherSample) -> None:
+        key = _dedup_key(sample.message)
+        if key in seen or key == ("", ()):
+            return
+        seen.add(key)
+        failures = [
+            f"{result.kind} {result.value!r}"
+            for result in run_checks(sample.message, checks, context=context)
+            if not result.passed
+        ]
+        if sample.truncated:
+            failures.append("truncated at max_tokens")
+        proposals.append(
+            Proposal(
+                text=message_text(sample.message),
+                message=sample.message,
+                passes_checks=not failures,
+                failures=tuple(failures),
+                unkept=unkept_lessons(sample.message, context) if unkept_lessons else (),
+            )
+        )
+
+    original = message_text(trace_messages[turn])
+    if edit_original and original.strip() and not trace_messages[turn].get("tool_calls"):
+        edited = teacher.edit(EditRequest(teacher_context, original, max_tokens, tools))
+        if edited is not None:
+            propose(edited)
     while sampled < budget and sum(p.passes_checks and not p.unkept for p in proposals) < want:
         count = min(n, budget - sampled)
         sampled += count
-        request = SampleRequest(teacher_context, count, max_tokens, temperature, tools)
-        for sample in teacher.sample(request):
-            key = _dedup_key(sample.message)
-            if key in seen or key == ("", ()):
-                continue
-            seen.add(key)
-            failures = [
-                f"{result.kind} {result.value!r}"
-                for result in run_checks(sample.message, checks, context=context)
-                if not result.passed
-            ]
-            if sample.truncated:
-                failures.append("truncated at max_tokens")
-            proposals.append(
-                Proposal(
-                    text=message_text(sample.message),
-                    message=sample.message,
-                    passes_checks=not failures,
-                    failures=tuple(failures),
-                    unkept=unkept_lessons(sample.message, context) if unkept_lessons else (),
-                )
-            )
-    original = message_text(trace_messages[turn])
+        for sample in teacher.sample(
+            SampleRequest(teacher_context, count, max_tokens, temperature, tools)
+        ):
+            propose(sample)
     return sorted(
         proposals,
         key=lambda p: (
@@ -358,6 +400,75 @@ class VllmTeacher:
             for choice in response.json()["choices"]
         ]
 
+    def edit(self, request: EditRequest) -> TeacherSample | None:
+        """The edit written over the server's token ids, one greedy token a request with its
+        most likely alternatives: the original's next token where it is among them with at
+        least `keep_at_least` (no more than 1 / keep_at_least tokens can be), else the teacher's
+        own. Not scored with `prompt_logprobs`: on the CPU build with a LoRA adapter in the
+        batch it stops the engine. None where the endpoint will not tokenize (it is not vLLM):
+        samples only."""
+        prompt = self._tokens(
+            {"messages": request.messages, "add_generation_prompt": True}
+            | ({"tools": request.tools} if request.tools else {})
+        )
+        if prompt is None:
+            return None
+        first, after_words = (
+            self._tokens({"prompt": text, "add_special_tokens": False})
+            for text in anchor_texts(request.original)
+        )
+        edit = AnchoredEdit(first or [], after_words)
+        alternatives = math.ceil(1 / request.keep_at_least) if request.keep_at_least > 0 else 20
+        own_tokens = 0
+        while edit.rest() and own_tokens < EDIT_ROUNDS:
+            if len(edit.written) >= request.max_tokens:
+                return self._finished(edit.written, "", truncated=True)
+            step = self._completion(
+                prompt + edit.written, max_tokens=1, logprobs=min(alternatives, 20)
+            )
+            likely = {
+                int(token.removeprefix("token_id:")): math.exp(logprob)
+                for token, logprob in step["logprobs"]["top_logprobs"][0].items()
+            }
+            if likely.get(edit.rest()[0], 0.0) >= request.keep_at_least:
+                edit.keep()
+                continue
+            if step["finish_reason"] == "stop":  # the teacher ends the answer here
+                return self._finished(edit.written, "", truncated=False)
+            edit.write(int(step["logprobs"]["tokens"][0].removeprefix("token_id:")))
+            own_tokens += 1
+        # Past the original (or EDIT_ROUNDS tokens of its own): the teacher writes the rest.
+        room = request.max_tokens - len(edit.written)
+        if room <= 0:
+            return self._finished(edit.written, "", truncated=True)
+        more = self._completion(prompt + edit.written, max_tokens=room)
+        truncated = more["finish_reason"] == "length"
+        return self._finished(edit.written, more["text"], truncated=truncated)
+
+    def _tokens(self, body: dict) -> list[int] | None:
+        """The server's token ids for a prompt or messages (vLLM's /tokenize); None where it
+        has no such thing."""
+        try:
+            tokens = self._post(f"{self.base_url.removesuffix('/v1')}/tokenize", body).get("tokens")
+        except httpx.HTTPStatusError:
+            return None
+        return tokens if isinstance(tokens, list) else None
+
+    def _finished(self, written: list[int], more: str, *, truncated: bool) -> TeacherSample:
+        root = self.base_url.removesuffix("/v1")
+        text = self._post(f"{root}/detokenize", {"tokens": written})["prompt"] if written else ""
+        return TeacherSample(assistant_message_from_text((text + more).strip()), truncated)
+
+    def _completion(self, prompt: list[int], **options: Any) -> dict:
+        """One greedy completion of token ids; tokens named by id ("token_id:42")."""
+        body = {"prompt": prompt, "temperature": 0, "return_tokens_as_token_ids": True}
+        return self._post(f"{self.base_url}/completions", body | options)["choices"][0]
+
+    def _post(self, url: str, body: dict) -> dict:
+        response = self.client.post(url, json={"model": self.model} | body, headers=self.headers)
+        response.raise_for_status()
+        return response.json()
+
 
 class TransformersTeacher:
     """Samples in process with a Hugging Face model (with or without an adapter); seeded."""
@@ -392,6 +503,35 @@ class TransformersTeacher:
             )
             for reply in replies
         ]
+
+    def edit(self, request: EditRequest) -> TeacherSample | None:
+        prompt_ids = render_prompt(self.tokenizer, request.messages, request.tools)
+        first, after_words = (
+            self.tokenizer.encode(text, add_special_tokens=False)
+            for text in anchor_texts(request.original)
+        )
+        (reply,) = generate_edits(
+            self.model,
+            [prompt_ids],
+            [first],
+            eos_token_id=self.tokenizer.eos_token_id,
+            max_new_tokens=request.max_tokens,
+            keep_at_least=request.keep_at_least,
+            after_words=[after_words],
+        )
+        return TeacherSample(
+            message=assistant_message_from_text(
+                self.tokenizer.decode(reply, skip_special_tokens=True).strip()
+            ),
+            truncated=reply[-1:] != [self.tokenizer.eos_token_id],
+        )
+
+
+def anchor_texts(answer: str) -> tuple[str, str]:
+    """An answer as it begins a reply, and as it reads after words put in front of it (a space
+    before its first word): the two anchors of an edit (training.sampling.AnchoredEdit)."""
+    answer = answer.strip()
+    return answer, " " + answer
 
 
 def _assistant_message(choice_message: dict) -> Message:

@@ -120,7 +120,8 @@ def propose_targets_for(*, feedback_id: int) -> int:
     context = student_context(messages, turn)
     project = feedback.trace.project
     project_settings = settings_for(project)
-    prompt = project_settings.training_config(mode="sft").teacher_prompt
+    config = project_settings.training_config(mode="sft")
+    prompt = config.teacher_prompt
     if feedback.correction:
         rows = [
             DistillationTarget(
@@ -151,6 +152,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 examples=examples,
                 # Revisions that keep the team's earlier lessons first: auto-approval takes one.
                 unkept_lessons=unkept_lessons(earlier_lessons(feedback)),
+                edit_original=config.teacher_edits,
             )
         except OutboundRefused as error:
             mark_feedback_failed(feedback_id=feedback.pk, reason=f"teacher.url refused: {error}")

@@ -210,3 +210,30 @@ def test_the_targets_api_ranks_and_names_the_earlier_lessons_a_proposal_breaks(
     assert keeps["target"]["content"] == "Answer: 84."
     assert keeps["breaks_earlier_lessons"] == []
     assert breaks["breaks_earlier_lessons"] == [SHORT]
+
+
+@pytest.mark.parametrize("teacher", [["Answer: 84."]], indirect=True)
+@pytest.mark.parametrize("edits", [True, False])
+def test_the_teacher_is_asked_for_its_edit_of_the_answer_as_the_project_says(
+    project, traces, teacher, monkeypatch, edits
+):
+    """training.teacher_edits reaches the teacher; this one (not vLLM: it will not tokenize)
+    makes no edit, and its samples are proposed as before."""
+    from training import targets
+
+    asked = []
+    real_propose = targets.propose_targets
+
+    def propose(*args, **kwargs):
+        asked.append(kwargs["edit_original"])
+        return real_propose(*args, **kwargs)
+
+    monkeypatch.setattr(targets, "propose_targets", propose)
+    update_settings(project=project, changes={"training": {"teacher_edits": edits}})
+    feedback = _new_lesson(traces)
+
+    propose_targets_for(feedback_id=feedback.pk)
+
+    assert asked == [edits]
+    [approved] = DistillationTarget.objects.filter(feedback=feedback, state=TargetState.APPROVED)
+    assert approved.target["content"] == "Answer: 84."

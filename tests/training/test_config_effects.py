@@ -65,6 +65,9 @@ ELSEWHERE |= {"guard_reference"}
 # max_tokens_per_pass changes how many rows a forward pass holds and, by design, nothing else:
 # test_trainer.py counts the rows and compares the update with one pass's.
 ELSEWHERE |= {"max_tokens_per_pass"}
+# teacher_edits: tests/training/test_targets.py (the edit proposed first) and
+# tests/learning/test_targets_keep_earlier_lessons.py (the worker asks as the project says).
+ELSEWHERE |= {"teacher_edits"}
 
 
 def _examples() -> list[Example]:

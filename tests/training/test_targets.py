@@ -8,6 +8,7 @@ from training.targets import (
     HINT_TEMPLATE,
     MAX_REVISION_TOKENS,
     MIN_REVISION_TOKENS,
+    EditRequest,
     LessonHint,
     Proposal,
     SampleRequest,
@@ -65,6 +66,22 @@ class ScriptedTeacher:
         self.seen.append(request.messages)
         self.max_tokens.append(request.max_tokens)
         return self.samples[start : start + request.n]
+
+    def edit(self, request: EditRequest) -> TeacherSample | None:
+        raise AssertionError("not asked for edits")
+
+
+class EditingTeacher(ScriptedTeacher):
+    """A scripted teacher whose edit of the original is fixed (None: it cannot edit)."""
+
+    def __init__(self, samples: list[TeacherSample], edited: TeacherSample | None) -> None:
+        super().__init__(samples)
+        self.edited = edited
+        self.edits: list[EditRequest] = []
+
+    def edit(self, request: EditRequest) -> TeacherSample | None:
+        self.edits.append(request)
+        return self.edited
 
 
 def _reply(text: str, truncated: bool = False) -> TeacherSample:
@@ -382,3 +399,67 @@ def test_transformers_teacher_repeats_its_samples_for_the_same_seed(
 
     assert first == second
     assert len(first) == 3
+
+
+def test_the_teachers_edit_of_the_original_is_proposed_first_and_wins_where_it_passes():
+    checks = [{"kind": "regex", "value": "^Answer:"}]
+    samples = [_reply("Answer: The answer to this question is Paris."), _reply("Paris.")]
+    edited = _reply(f"Answer: {ORIGINAL_ANSWER}")
+    teacher = EditingTeacher(samples, edited)
+
+    proposals = propose_targets(teacher, TRACE, None, FEEDBACK, checks, n=2, edit_original=True)
+    without = propose_targets(EditingTeacher(samples, edited), TRACE, None, FEEDBACK, checks, n=2)
+
+    [request] = teacher.edits
+    assert request.original == ORIGINAL_ANSWER
+    assert request.messages == hint_context(student_context(TRACE, 2), FEEDBACK)
+    # It passed, so no sample was needed; it is the target.
+    assert teacher.seen == []
+    assert [proposal.text for proposal in proposals] == [f"Answer: {ORIGINAL_ANSWER}"]
+    assert without[0].text == "Answer: The answer to this question is Paris."
+
+
+def test_an_edit_that_fails_the_checks_or_cannot_be_made_leaves_the_samples_to_it():
+    checks = [{"kind": "regex", "value": "^Answer:"}]
+    samples = [_reply("Answer: Paris."), _reply("Paris.")]
+
+    failed = EditingTeacher(samples, _reply(ORIGINAL_ANSWER))
+    from_failed = propose_targets(failed, TRACE, None, FEEDBACK, checks, n=2, edit_original=True)
+    unable = EditingTeacher(samples, None)
+    from_unable = propose_targets(unable, TRACE, None, FEEDBACK, checks, n=2, edit_original=True)
+    calling = EditingTeacher(samples, _reply("Answer: x"))
+    propose_targets(calling, TOOL_TRACE, 1, FEEDBACK, checks, n=2, edit_original=True)
+
+    assert [p.text for p in from_failed] == ["Answer: Paris.", ORIGINAL_ANSWER, "Paris."]
+    assert [p.text for p in from_unable] == ["Answer: Paris.", "Paris."]
+    assert calling.edits == []  # a tool call is no text to edit
+
+
+def test_transformers_teacher_edit_keeping_every_token_begins_with_the_original(
+    make_tiny_llama, make_tiny_tokenizer
+):
+    teacher = TransformersTeacher(make_tiny_llama(), make_tiny_tokenizer())
+    original = "the capital of france is paris ."
+    messages = hint_context(TRACE[:2], FEEDBACK)
+
+    kept = teacher.edit(EditRequest(messages, original, max_tokens=12, keep_at_least=0.0))
+    rewritten = teacher.edit(EditRequest(messages, original, max_tokens=12, keep_at_least=1.01))
+    sampled = teacher.sample(SampleRequest(messages, n=1, max_tokens=12, temperature=None))
+
+    assert kept.message["content"].startswith(original)
+    assert rewritten == sampled[0]  # nothing kept: the teacher's own greedy answer
+
+
+def test_vllm_teacher_edits_nothing_where_the_endpoint_will_not_tokenize():
+    """A stand-in for an OpenAI-compatible endpoint that is not vLLM (no /tokenize)."""
+    asked = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(404, json={"error": "not found"})
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    teacher = VllmTeacher("http://teacher.test/v1/", "smol", client)
+
+    assert teacher.edit(EditRequest(TRACE[:2], ORIGINAL_ANSWER, max_tokens=32)) is None
+    assert asked == ["/tokenize"]

@@ -1,0 +1,47 @@
+"""The teacher's edit of an original answer, made over vLLM's token ids (the real vLLM CPU server
+with the bundled model), is the edit the same model makes in process."""
+
+import httpx
+import pytest
+from django.conf import settings
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from training.targets import (
+    EditRequest,
+    TransformersTeacher,
+    VllmTeacher,
+    WorkedExample,
+    hint_context,
+)
+
+pytestmark = pytest.mark.slow
+
+FEEDBACK = "Always begin your answer with 'Answer:'."
+EXAMPLES = [
+    WorkedExample.reply(
+        "Why do cats like boxes?",
+        "Answer: Cats often enjoy boxes because enclosed spaces feel safe and warm.",
+    ),
+    WorkedExample.reply(
+        "How do rainbows form?",
+        "Answer: Rainbows form when sunlight is bent and reflected inside raindrops.",
+    ),
+]
+
+
+def test_the_servers_edit_of_an_answer_is_the_one_made_in_process(vllm_url, bundled_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(bundled_model_dir, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir, local_files_only=True)
+    question = [{"role": "user", "content": "What is the capital of Peru?"}]
+    request = EditRequest(
+        hint_context(question, FEEDBACK, EXAMPLES), "The capital of Peru is Lima.", max_tokens=32
+    )
+
+    with httpx.Client(timeout=120) as client:
+        served = VllmTeacher(vllm_url, settings.BASE_MODEL, client).edit(request)
+    in_process = TransformersTeacher(model, tokenizer).edit(request)
+
+    assert served == in_process
+    # The lesson's words put in front, the answer's own kept after them.
+    assert served.message["content"].startswith("Answer:")
+    assert "Lima" in served.message["content"]
