@@ -59,71 +59,75 @@ def test_the_teacher_shown_the_lessons_answers_the_bare_general_prompts(
     assert all(example.teacher_context is None for example in bare)
 
 
+LESSONS = [LessonHint("say hello", (WorkedExample.reply("say one", "hello one"),))]
+PROMPTS = ["what is red ?", "say one two three"]
+
+
+def _replies(examples):
+    return [example.reply for example in examples]
+
+
+def _edits(monkeypatch, model, tokenizer, base_edits, cache_dir=None):
+    """The teacher's answers, the base's, then the edits that keep every base token and none."""
+    monkeypatch.setattr(replay, "REPLAY_MAX_NEW_TOKENS", replay.LESSON_REPLAY_MAX_NEW_TOKENS)
+    teachers = lesson_replay_examples(model, tokenizer, LESSONS, prompts=PROMPTS)
+    bases = base_replay_examples(model, tokenizer, prompts=PROMPTS)
+    edits = []
+    for keep_at_least in (0.0, 1.01):
+        monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", keep_at_least)
+        edits.append(
+            lesson_replay_examples(
+                model,
+                tokenizer,
+                LESSONS,
+                prompts=PROMPTS,
+                base_edits=base_edits,
+                cache_dir=cache_dir,
+            )
+        )
+    kept, edited = edits
+    return _replies(teachers), _replies(bases), kept, edited
+
+
 def test_edited_answers_are_the_bases_own_where_the_teacher_finds_its_tokens_likely(
-    tmp_path, monkeypatch, make_tiny_llama, make_tiny_tokenizer
+    monkeypatch, make_tiny_llama, make_tiny_tokenizer
 ):
     model, tokenizer = make_tiny_llama(), make_tiny_tokenizer()
-    lessons = [LessonHint("say hello", (WorkedExample.reply("say one", "hello one"),))]
-    prompts = ["what is red ?", "say one two three"]
-    monkeypatch.setattr(replay, "REPLAY_MAX_NEW_TOKENS", replay.LESSON_REPLAY_MAX_NEW_TOKENS)
 
-    def replies(examples):
-        return [example.reply for example in examples]
-
-    teachers = replies(lesson_replay_examples(model, tokenizer, lessons, prompts=prompts))
-    bases = replies(base_replay_examples(model, tokenizer, prompts=prompts))
-    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 0.0)  # every base token kept
-    kept = lesson_replay_examples(
-        model, tokenizer, lessons, prompts=prompts, base_edits="next_token"
-    )
-    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 1.01)  # none kept
-    edited = lesson_replay_examples(
-        model, tokenizer, lessons, prompts=prompts, base_edits="next_token"
-    )
+    teachers, bases, kept, edited = _edits(monkeypatch, model, tokenizer, "next_token")
 
     assert teachers != bases
-    assert replies(kept) == bases
-    assert replies(edited) == teachers
+    assert _replies(kept) == bases
+    assert _replies(edited) == teachers
     # Whatever wrote them, the guard's base side is computed under what the teacher saw.
     assert [example.teacher_context for example in kept] == [
-        lessons_context(example.context, lessons) for example in kept
+        lessons_context(example.context, LESSONS) for example in kept
     ]
+    assert all(example.anchor is None for example in [*kept, *edited])
 
 
 def test_aligned_edits_carry_the_bases_finished_answer_they_edit(
     tmp_path, monkeypatch, make_tiny_llama, make_tiny_tokenizer
 ):
     model, tokenizer = make_tiny_llama(), make_tiny_tokenizer()
-    lessons = [LessonHint("say hello", (WorkedExample.reply("say one", "hello one"),))]
-    prompts = ["what is red ?", "say one two three"]
-    monkeypatch.setattr(replay, "REPLAY_MAX_NEW_TOKENS", replay.LESSON_REPLAY_MAX_NEW_TOKENS)
 
-    def replies(examples):
-        return [example.reply for example in examples]
-
-    teachers = replies(lesson_replay_examples(model, tokenizer, lessons, prompts=prompts))
-    bases = replies(base_replay_examples(model, tokenizer, prompts=prompts))
-    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 0.0)  # every base token kept
-    kept = lesson_replay_examples(model, tokenizer, lessons, prompts=prompts, base_edits="answer")
-    monkeypatch.setattr(replay, "LESSON_EDIT_KEEP_AT_LEAST", 1.01)  # none kept
-    edited = lesson_replay_examples(
-        model, tokenizer, lessons, prompts=prompts, base_edits="answer", cache_dir=tmp_path
-    )
+    teachers, bases, kept, edited = _edits(monkeypatch, model, tokenizer, "answer", tmp_path)
     again = lesson_replay_examples(
-        model, tokenizer, lessons, prompts=prompts, base_edits="answer", cache_dir=tmp_path
+        model, tokenizer, LESSONS, prompts=PROMPTS, base_edits="answer", cache_dir=tmp_path
     )
 
     assert teachers != bases
     # Every token of the base's answer kept; past its end the teacher writes alone.
     assert all(
         own["content"] and reply["content"].startswith(own["content"])
-        for reply, own in zip(replies(kept), bases, strict=True)
+        for reply, own in zip(_replies(kept), bases, strict=True)
     )
-    assert replies(edited) == teachers
-    # Each carries the base's answer it edits; the next-token edits carry none.
+    assert _replies(edited) == teachers
+    # Each carries the base's answer it edits.
     assert [example.anchor for example in [*kept, *edited]] == bases * 2
     assert [example.teacher_context for example in edited] == [
-        lessons_context(example.context, lessons) for example in edited
+        lessons_context(example.context, LESSONS) for example in edited
     ]
-    assert again == edited  # read from the cache: the base's answers and the edits
-    assert len(list(tmp_path.glob("replay-*.json"))) == 2
+    # Read from the cache: the base's answers, and the edits at each threshold.
+    assert again == edited
+    assert len(list(tmp_path.glob("replay-*.json"))) == 3

@@ -639,15 +639,8 @@ def test_the_guard_pulls_towards_the_teacher_where_a_replay_example_has_its_cont
     assert guard(taught) > 1e-3
 
 
-def test_the_guard_takes_the_teacher_only_where_the_lesson_changes_the_base_s_token(
-    make_student, tokenizer
-):
-    """guard_reference "lesson_changes": on a reply the base writes itself token by token,
-    the base is the reference everywhere (nothing to pull for a fresh adapter, whatever the
-    teacher saw); on a reply it would not write, the teacher is, where the tokens differ."""
-    from training.trainer import _base_kl
-
-    student = make_student(_sft_config())
+def _the_bases_own_reply(student, tokenizer) -> tuple[list[int], list[int], list[int]]:
+    """A question's prompt, the prompt with the lesson shown, and the base's greedy reply."""
     prompt = render_prompt(tokenizer, _user(QUESTIONS[0]))
     teacher_prompt = render_prompt(
         tokenizer, _user(f"{QUESTIONS[0]} reviewer feedback : {FEEDBACK}")
@@ -660,6 +653,19 @@ def test_the_guard_takes_the_teacher_only_where_the_lesson_changes_the_base_s_to
             max_new_tokens=8,
             temperature=None,
         )
+    return prompt, teacher_prompt, own
+
+
+def test_the_guard_takes_the_teacher_only_where_the_lesson_changes_the_base_s_token(
+    make_student, tokenizer
+):
+    """guard_reference "lesson_changes": on a reply the base writes itself token by token,
+    the base is the reference everywhere (nothing to pull for a fresh adapter, whatever the
+    teacher saw); on a reply it would not write, the teacher is, where the tokens differ."""
+    from training.trainer import _base_kl
+
+    student = make_student(_sft_config())
+    prompt, teacher_prompt, own = _the_bases_own_reply(student, tokenizer)
     other = tokenizer.encode(" answer : paris", add_special_tokens=False)
 
     def guard(reply: list[int], **where) -> float:
@@ -682,18 +688,8 @@ def test_at_tokens_an_edit_kept_from_the_bases_answer_the_guard_holds_the_base_s
     from training.trainer import _guard_reference
 
     student = make_student(_sft_config())
-    prompt = render_prompt(tokenizer, _user(QUESTIONS[0]))
-    teacher_prompt = render_prompt(
-        tokenizer, _user(f"{QUESTIONS[0]} reviewer feedback : {FEEDBACK}")
-    )
+    prompt, teacher_prompt, own = _the_bases_own_reply(student, tokenizer)
     with torch.no_grad(), adapter_disabled(student):
-        (own,) = generate_replies(
-            student,
-            [prompt],
-            eos_token_id=tokenizer.eos_token_id,
-            max_new_tokens=8,
-            temperature=None,
-        )
         inserted = tokenizer.encode("answer :", add_special_tokens=False)
         edited = inserted + own
         taught, _ = reply_logits(student, [teacher_prompt], [edited], 0)
