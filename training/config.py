@@ -96,7 +96,10 @@ class TrainingConfig:
     # teacher finds them likely, training.targets.EditRequest) is proposed before its samples:
     # the smallest change the feedback asks for, where samples add openers of their own
     # ("Answer: The answer to this question is that...") that broke 6 facts in
-    # bench/lessons.py's run P.
+    # bench/lessons.py's run P. In one run (Q) "Answer:" then deployed with every fact kept,
+    # and the next lesson was refused: its targets were edits of degenerate answers the
+    # serving adapter wrote ("Answer: 1. 1. 2. 3. ..."), which an edit keeps. Off until more
+    # runs, and a check that the original is worth keeping, decide.
     teacher_edits: bool = False
     # Forgetting guard: weight of KL(base || student) on the replay set (the base's own answers
     # to general prompts, and good traces); 0 turns it off. At 0.5 a lesson about how answers
@@ -137,7 +140,9 @@ class TrainingConfig:
     # after "Answer:" the base goes on "Poland is a country located in...", in its own answer
     # "The capital of Poland is Warsaw." (2 of the gate's 22 facts lost that way, the base made
     # to begin with "Answer:"), so the guard holds what follows a lesson's words to what the base
-    # says without them.
+    # says without them. In one run of bench/lessons.py it kept no more facts than "base": the
+    # "Answer:" lesson's own targets taught "Answer: The answer to this question is that Peru
+    # is a country..." (bench/README.md, '"aligned_edits"'; see teacher_edits).
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
