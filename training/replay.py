@@ -38,8 +38,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from training.chat import assistant_message_from_text, render_prompt
 from training.eval_sets import REPLAY_PROMPTS, TOOL_REPLAY_EPISODES, TOOL_REPLAY_SYSTEM_PROMPT
 from training.evaluation import MAX_EVAL_TOKENS
-from training.sampling import generate_anchored, generate_edits, generate_replies
-from training.targets import LessonHint, anchor_texts, lessons_context
+from training.sampling import generate_anchored, generate_replies
+from training.targets import LessonHint, edit_replies, lessons_context
 from training.trainer import Example
 
 # Replies long enough to carry the model's manner, short enough to cost little to train on.
@@ -220,19 +220,13 @@ def _edited_answers(
         answers = []
         for start in range(0, len(shown), batch_size):
             rows = slice(start, start + batch_size)
-            # No end-of-turn token: past the answer's last word the teacher writes alone, and
-            # ends it or adds what a lesson puts at the end.
-            as_written = [anchor_texts(anchor) for anchor in anchors[rows]]
-            replies = generate_edits(
+            replies = edit_replies(
                 model,
+                tokenizer,
                 [render_prompt(tokenizer, context, tools) for context, tools in shown[rows]],
-                [tokenizer.encode(first, add_special_tokens=False) for first, _ in as_written],
-                eos_token_id=tokenizer.eos_token_id,
+                anchors[rows],
                 max_new_tokens=LESSON_REPLAY_MAX_NEW_TOKENS,
                 keep_at_least=LESSON_EDIT_KEEP_AT_LEAST,
-                after_words=[
-                    tokenizer.encode(after, add_special_tokens=False) for _, after in as_written
-                ],
             )
             answers.extend(tokenizer.decode(reply, skip_special_tokens=True) for reply in replies)
         return answers

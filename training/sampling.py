@@ -197,12 +197,10 @@ class AnchoredEdit:
         """The anchor's tokens not yet kept or passed over."""
         return self.anchor[self.at :]
 
-    def keep(self) -> int:
+    def keep(self) -> None:
         """Write the anchor's next token."""
-        token = self.anchor[self.at]
-        self.written.append(token)
+        self.written.append(self.anchor[self.at])
         self.at += 1
-        return token
 
     def write(self, token: int) -> None:
         """Write a token of the edit's own in place of the anchor's next: where it is among the

@@ -42,9 +42,9 @@ MAX_REVISION_TOKENS = 320
 
 # The teacher's edit of the original answer (config.teacher_edits): the original's token is kept
 # wherever the teacher gives it at least this probability, as the guard's edited replay keeps
-# the base's (training/replay.py). An edit that keeps rewriting stops being one: after
-# EDIT_ROUNDS tokens of its own the teacher finishes the answer alone (over a server: one
-# request a token until then).
+# the base's (training/replay.py). Over a model server an edit costs one request a token: one
+# that keeps rewriting stops being an edit, and after EDIT_ROUNDS tokens of its own the teacher
+# finishes the answer in one request.
 EDIT_KEEP_AT_LEAST = 0.1
 EDIT_ROUNDS = 24
 
@@ -380,7 +380,6 @@ class VllmTeacher:
 
     def sample(self, request: SampleRequest) -> list[TeacherSample]:
         body: dict[str, Any] = {
-            "model": self.model,
             "messages": request.messages,
             "n": request.n,
             "max_tokens": request.max_tokens,
@@ -388,16 +387,13 @@ class VllmTeacher:
         }
         if request.tools:
             body["tools"] = request.tools
-        response = self.client.post(
-            f"{self.base_url}/chat/completions", json=body, headers=self.headers
-        )
-        response.raise_for_status()
+        choices = self._post(f"{self.base_url}/chat/completions", body)["choices"]
         return [
             TeacherSample(
                 message=_assistant_message(choice["message"]),
                 truncated=choice.get("finish_reason") == "length",
             )
-            for choice in response.json()["choices"]
+            for choice in choices
         ]
 
     def edit(self, request: EditRequest) -> TeacherSample | None:
@@ -449,20 +445,26 @@ class VllmTeacher:
         """The server's token ids for a prompt or messages (vLLM's /tokenize); None where it
         has no such thing."""
         try:
-            tokens = self._post(f"{self.base_url.removesuffix('/v1')}/tokenize", body).get("tokens")
+            tokens = self._post(f"{self._root}/tokenize", body).get("tokens")
         except httpx.HTTPStatusError:
             return None
         return tokens if isinstance(tokens, list) else None
 
     def _finished(self, written: list[int], more: str, *, truncated: bool) -> TeacherSample:
-        root = self.base_url.removesuffix("/v1")
-        text = self._post(f"{root}/detokenize", {"tokens": written})["prompt"] if written else ""
+        text = ""
+        if written:
+            text = self._post(f"{self._root}/detokenize", {"tokens": written})["prompt"]
         return TeacherSample(assistant_message_from_text((text + more).strip()), truncated)
 
     def _completion(self, prompt: list[int], **options: Any) -> dict:
         """One greedy completion of token ids; tokens named by id ("token_id:42")."""
         body = {"prompt": prompt, "temperature": 0, "return_tokens_as_token_ids": True}
         return self._post(f"{self.base_url}/completions", body | options)["choices"][0]
+
+    @property
+    def _root(self) -> str:
+        """The server's own routes (/tokenize) sit beside /v1, not under it."""
+        return self.base_url.removesuffix("/v1")
 
     def _post(self, url: str, body: dict) -> dict:
         response = self.client.post(url, json={"model": self.model} | body, headers=self.headers)
@@ -505,19 +507,13 @@ class TransformersTeacher:
         ]
 
     def edit(self, request: EditRequest) -> TeacherSample | None:
-        prompt_ids = render_prompt(self.tokenizer, request.messages, request.tools)
-        first, after_words = (
-            self.tokenizer.encode(text, add_special_tokens=False)
-            for text in anchor_texts(request.original)
-        )
-        (reply,) = generate_edits(
+        (reply,) = edit_replies(
             self.model,
-            [prompt_ids],
-            [first],
-            eos_token_id=self.tokenizer.eos_token_id,
+            self.tokenizer,
+            [render_prompt(self.tokenizer, request.messages, request.tools)],
+            [request.original],
             max_new_tokens=request.max_tokens,
             keep_at_least=request.keep_at_least,
-            after_words=[after_words],
         )
         return TeacherSample(
             message=assistant_message_from_text(
@@ -532,6 +528,33 @@ def anchor_texts(answer: str) -> tuple[str, str]:
     before its first word): the two anchors of an edit (training.sampling.AnchoredEdit)."""
     answer = answer.strip()
     return answer, " " + answer
+
+
+def edit_replies(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[list[int]],
+    originals: Sequence[str],
+    *,
+    max_new_tokens: int,
+    keep_at_least: float,
+) -> list[list[int]]:
+    """The model's greedy edit of each original answer under the same row's prompt, in process
+    (generate_edits, the two anchors of anchor_texts). No end-of-turn token after the original:
+    past its last word the model writes alone, and ends the answer or adds what a lesson puts
+    at the end."""
+    as_written = [anchor_texts(original) for original in originals]
+    first = [tokenizer.encode(begins, add_special_tokens=False) for begins, _ in as_written]
+    after_words = [tokenizer.encode(after, add_special_tokens=False) for _, after in as_written]
+    return generate_edits(
+        model,
+        prompts,
+        first,
+        eos_token_id=tokenizer.eos_token_id,
+        max_new_tokens=max_new_tokens,
+        keep_at_least=keep_at_least,
+        after_words=after_words,
+    )
 
 
 def _assistant_message(choice_message: dict) -> Message:
