@@ -5,7 +5,7 @@ and the base model's logits) and the evaluation (greedy replies, divergence).
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 from peft import PeftModel
@@ -170,6 +170,10 @@ def generate_anchored(
 # An edit goes on from the anchor token after the one it wrote where that is among the anchor's
 # next EDIT_LOOKAHEAD tokens (a word or two left out, or its first word spelled another way).
 EDIT_LOOKAHEAD = 4
+# Right after a token of its own, an edit also goes back to the anchor this many tokens further
+# on: its token replaced a word, and the original's next word reads on after it. Without it an
+# edit that replaced one word never found its way back (run Q, bench/README.md).
+EDIT_REALIGN = 2
 
 
 class AnchoredEdit:
@@ -192,6 +196,7 @@ class AnchoredEdit:
         self.lookahead = lookahead
         self.at = 0  # the anchor's next token
         self.written: list[int] = []
+        self.put_in = False  # the last token written was the edit's own, put in
 
     def rest(self) -> list[int]:
         """The anchor's tokens not yet kept or passed over."""
@@ -201,6 +206,19 @@ class AnchoredEdit:
         """Write the anchor's next token."""
         self.written.append(self.anchor[self.at])
         self.at += 1
+        self.put_in = False
+
+    def keeps(self, probability: torch.Tensor | Mapping[int, float], keep_at_least: float) -> bool:
+        """Keep the anchor's next token where `probability[token]` is at least `keep_at_least`;
+        right after a token put in, also one of the EDIT_REALIGN after it (that token replaced
+        the ones passed over). Whether one was kept."""
+        reach = 1 + (EDIT_REALIGN if self.put_in else 0)
+        for skipped, token in enumerate(self.anchor[self.at : self.at + reach]):
+            if probability[token] >= keep_at_least:
+                self.at += skipped
+                self.keep()
+                return True
+        return False
 
     def write(self, token: int) -> None:
         """Write a token of the edit's own in place of the anchor's next: where it is among the
@@ -209,7 +227,8 @@ class AnchoredEdit:
             self.anchor = self.after_words
         self.written.append(token)
         ahead = self.anchor[self.at : self.at + self.lookahead]
-        if token in ahead:
+        self.put_in = token not in ahead
+        if not self.put_in:
             self.at += ahead.index(token) + 1
 
 
@@ -252,9 +271,7 @@ def generate_edits(
                 for row, edit in enumerate(edits):
                     if edit.written[-1:] == [eos_token_id]:
                         edit.written.append(eos_token_id)  # padding: only the reply is read
-                    elif edit.rest() and probabilities[row, edit.rest()[0]] >= keep_at_least:
-                        edit.keep()
-                    else:
+                    elif not edit.keeps(probabilities[row], keep_at_least):
                         edit.write(greedy[row])
                 if all(eos_token_id in edit.written for edit in edits):
                     break

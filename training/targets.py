@@ -12,6 +12,7 @@ only part that runs a model, behind the `Teacher` protocol.
 import copy
 import json
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
@@ -422,12 +423,14 @@ class VllmTeacher:
             step = self._completion(
                 prompt + edit.written, max_tokens=1, logprobs=min(alternatives, 20)
             )
-            likely = {
-                int(token.removeprefix("token_id:")): math.exp(logprob)
-                for token, logprob in step["logprobs"]["top_logprobs"][0].items()
-            }
-            if likely.get(edit.rest()[0], 0.0) >= request.keep_at_least:
-                edit.keep()
+            likely = defaultdict(
+                float,  # a token not among the alternatives: less likely than every one of them
+                {
+                    int(token.removeprefix("token_id:")): math.exp(logprob)
+                    for token, logprob in step["logprobs"]["top_logprobs"][0].items()
+                },
+            )
+            if edit.keeps(likely, request.keep_at_least):
                 continue
             if step["finish_reason"] == "stop":  # the teacher ends the answer here
                 return self._finished(edit.written, "", truncated=False)

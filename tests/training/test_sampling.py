@@ -174,3 +174,20 @@ def test_an_edit_that_writes_the_anchors_next_token_leaves_out_the_one_before(ma
     )
 
     assert reply == [[greedy, token]]
+
+
+def test_an_edit_that_replaced_a_word_goes_on_with_the_anchors_word_after_it(make_tiny_llama):
+    model = make_tiny_llama()
+    prompt = SHOWN[0]
+    greedy, token, threshold = _a_token_unlikely_first_and_likely_next(model, prompt)
+    first = _next_token_probabilities(model, prompt)
+    second = _next_token_probabilities(model, [*prompt, greedy])
+    replaced = int(torch.maximum(first, second).argmin())
+    assert max(first[replaced], second[replaced]) < threshold
+
+    # The model writes its own token in place of the anchor's first, which is no likelier after
+    # it; the anchor's second is, and the edit goes on with it (without the realignment it
+    # would write the model's own second token: `token` is not its greedy).
+    reply = _edits(model, [prompt], [[replaced, token]], keep_at_least=threshold, max_new_tokens=2)
+
+    assert reply == [[greedy, token]]
