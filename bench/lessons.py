@@ -17,8 +17,9 @@ approval, standing in for a reviewer who approves the teacher's best passing rev
 lesson at a time, as a team gives them over weeks:
 1. a harness asks the project's alias (whatever serves now) --per-lesson questions through the
    gateway, one trace each;
-2. every answer gets the lesson's feedback and check over the API; --corrections of them also a
-   corrected answer, written the way the team writes now (this lesson and every earlier one);
+2. every answer gets the lesson's feedback and check over the API; --corrections of those that
+   read as answers (not a count, not garbled) also a corrected answer, written the way the team
+   writes now (this lesson and every earlier one);
 3. the worker proposes targets; Retrain, as the button does (POST /api/v1/runs);
 4. the lessons ledger (GET /api/v1/lessons): every lesson's held-out adherence in every version.
 After every retrain it prints the ledger as a table, with the run's outcome, the facts it broke
@@ -47,6 +48,7 @@ from product import (
     wait_for,
 )
 
+from reviewapp.learning.ranking import WELL_FORMED_MIN, well_formedness
 from training.chat import message_text
 from training.config import GuardKeeps, GuardReference, StartFrom, TrainingConfig
 
@@ -196,13 +198,17 @@ def recorded_answer(api: httpx.Client, trace_id: str) -> str:
 def give_lesson(product, lesson: Lesson, questions, corrections: int, style) -> list[str]:
     """Feedback (and some corrections) on fresh traces; the trace ids."""
     trace_ids = []
+    corrected = 0
     for number, question in enumerate(questions):
         trace_id = f"{lesson.name}-{number}"
         ask(product, trace_id, question)
         answer = recorded_answer(product.api, trace_id)
         body = {"text": lesson.feedback, "turn": 1, "checks": [lesson.check]}
-        if number < corrections:
+        # The stand-in reviewer corrects an answer by restyling it, so it corrects only answers
+        # worth keeping: a person would rewrite "Answer: 1. 1. 2. 3. ...", not append to it.
+        if corrected < corrections and well_formedness(answer) >= WELL_FORMED_MIN:
             body["correction"] = {"role": "assistant", "content": style(answer)}
+            corrected += 1
         response = product.api.post(f"/api/v1/traces/{trace_id}/feedback", json=body)
         response.raise_for_status()
         trace_ids.append(trace_id)

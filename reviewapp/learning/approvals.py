@@ -16,7 +16,12 @@ from reviewapp.learning.lessons import (
     unkept_lessons,
 )
 from reviewapp.learning.models import DistillationTarget, TargetState
-from reviewapp.learning.ranking import ProposalScore, closeness, proposal_rank, well_formedness
+from reviewapp.learning.ranking import (
+    ProposalScore,
+    closeness,
+    proposal_rank,
+    reply_well_formedness,
+)
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.models import Feedback
@@ -160,11 +165,7 @@ def _proposal_view(
         checks_passed=sum(result.passed for result in checks),
         checks_total=len(checks),
         passed_when_proposed=target.passes_checks,
-        well_formedness=(
-            1.0  # a reply that only calls a tool has no prose to judge
-            if target.target.get("tool_calls") and not message_text(target.target).strip()
-            else well_formedness(message_text(target.target), feedback_text=feedback.text)
-        ),
+        well_formedness=reply_well_formedness(target.target, feedback_text=feedback.text),
         closeness=closeness(message_text(target.original or {}), message_text(target.target)),
         order=order,
         keeps_earlier_lessons=not unkept_texts,

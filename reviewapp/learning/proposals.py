@@ -10,6 +10,7 @@ from django.db import transaction
 
 from reviewapp.learning.lessons import earlier_lessons, unkept_lessons
 from reviewapp.learning.models import DistillationTarget, TargetState
+from reviewapp.learning.ranking import WELL_FORMED_MIN, reply_well_formedness
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import OutboundRefused, check_teacher_url
 from reviewapp.projects.project_settings import ProjectSettings, settings_for
@@ -179,11 +180,24 @@ def propose_targets_for(*, feedback_id: int) -> int:
             else hint_context(context, feedback.text, examples)
         )
         # Auto-approve takes the best passing proposal only: one choice per feedback, not
-        # several near-identical targets weighing it several times.
-        auto_approve = (
-            project_settings.auto_approve == "checks_pass"
-            and bool(feedback.checks)
+        # several near-identical targets weighing it several times; and never one that looks
+        # garbled (a count kept by the teacher's edit passes an ending's check), as a person
+        # approving in bulk would not (approvals.FeedbackTargets.approvable).
+        auto_approved = (
+            next(
+                (
+                    rank
+                    for rank, proposal in enumerate(proposals)
+                    if proposal.passes_checks
+                    and reply_well_formedness(proposal.message, feedback_text=feedback.text)
+                    >= WELL_FORMED_MIN
+                ),
+                None,
+            )
+            if project_settings.auto_approve == "checks_pass"
+            and feedback.checks
             and feedback.from_reviewer  # checks a harness wrote prove nothing to a reviewer
+            else None
         )
         rows = [
             DistillationTarget(
@@ -195,11 +209,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
                 original=messages[turn],
                 target=proposal.message,
                 passes_checks=proposal.passes_checks,
-                state=(
-                    TargetState.APPROVED
-                    if auto_approve and rank == 0 and proposal.passes_checks
-                    else TargetState.PROPOSED
-                ),
+                state=TargetState.APPROVED if rank == auto_approved else TargetState.PROPOSED,
             )
             for rank, proposal in enumerate(proposals)
         ]

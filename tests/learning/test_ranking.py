@@ -34,6 +34,13 @@ def test_strings_of_consonants_look_garbled():
     assert well_formedness("xkcdq bcdfghj zzzzt qrstv") < WELL_FORMED_MIN
 
 
+def test_a_count_in_place_of_an_answer_looks_garbled():
+    count = "Answer: " + " ".join(f"{n}." for n in [1, *range(1, 42)]) + " Hope this helps."
+    assert well_formedness(count) < WELL_FORMED_MIN
+    # Numbers among words are an answer: years, a short sum.
+    assert well_formedness("The wars ended in 1918 and in 1945, after 4 and 6 years.") == 1.0
+
+
 def test_text_with_no_words_scores_zero():
     assert well_formedness("") == 0.0
     assert well_formedness("?! ...") == 0.0

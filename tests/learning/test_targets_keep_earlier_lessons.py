@@ -137,6 +137,24 @@ def test_without_earlier_lessons_the_first_passing_revision_ends_the_sampling(
     assert approved.target["content"] == LONG_BUT_PREFIXED
 
 
+# Closer to the original ("12 * 7 is 84.") than "Answer: 84." is, so the teacher ranks it first.
+COUNT = "Answer: 12 * 7 is 84. 1. 2. 3. 4. 5."
+
+
+@pytest.mark.parametrize("teacher", [[COUNT, "Answer: 84."]], indirect=True)
+def test_auto_approval_passes_over_a_revision_that_looks_garbled(project, traces, teacher):
+    """A count passes "begin with 'Answer:'" as well as the answer does, and is closer to the
+    original; it is left to a person, and the readable one is approved."""
+    feedback = _new_lesson(traces)
+
+    propose_targets_for(feedback_id=feedback.pk)
+
+    targets = DistillationTarget.objects.filter(feedback=feedback)
+    [approved] = targets.filter(state=TargetState.APPROVED)
+    assert approved.target["content"] == "Answer: 84."
+    assert targets.filter(target__content=COUNT, state=TargetState.PROPOSED).exists()
+
+
 def test_earlier_lessons_are_those_given_before_other_than_the_feedbacks_own(project, traces):
     _earlier_lesson_taught(traces)
     # The new feedback's own lesson, given earlier too: not an earlier lesson of its.
