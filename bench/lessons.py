@@ -48,9 +48,9 @@ from product import (
     wait_for,
 )
 
-from reviewapp.learning.ranking import WELL_FORMED_MIN, well_formedness
 from training.chat import message_text
 from training.config import GuardKeeps, GuardReference, StartFrom, TrainingConfig
+from training.readability import WELL_FORMED_MIN, well_formedness
 
 BENCH_DATABASE = "apprentice_bench_lessons"
 ALIAS = "team-agent"

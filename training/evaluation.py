@@ -30,6 +30,7 @@ from training.chat import (
 from training.eval_sets import feedback_kind
 from training.gate import adherence
 from training.losses import per_token_topk_tail_kl
+from training.readability import WELL_FORMED_MIN, reply_well_formedness
 from training.repliers import InProcessReplier, Replier
 from training.sampling import active_adapter, adapter_disabled, reply_logits, weights_of
 from training.targets import run_checks
@@ -190,6 +191,7 @@ def evaluate_adapter(
     if held_out_rows:
         report["held_out"] = {"summary": summarize(held_out_rows), "items": held_out_rows}
     report["per_lesson"] = per_lesson(pairs)
+    report["newly_garbled"] = newly_garbled(rows)
     return report
 
 
@@ -278,14 +280,25 @@ def checked_reply(
 ) -> dict[str, Any]:
     """A greedy reply's text, the item's checks on it and whether it passed them all."""
     text = tokenizer.decode(reply, skip_special_tokens=True).strip()
-    results = run_checks(
-        assistant_message_from_text(text), item.get("checks") or [], context=item["context"]
-    )
+    message = assistant_message_from_text(text)
+    results = run_checks(message, item.get("checks") or [], context=item["context"])
     return {
         "reply": text,
         "checks": [vars(result) for result in results],
         "passed": all(result.passed for result in results),
+        "garbled": reply_well_formedness(message) < WELL_FORMED_MIN,
     }
+
+
+def newly_garbled(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose reply looks garbled under the candidate (a phrase going round, a count in
+    place of an answer: training/readability.py) where what serves wrote one that reads."""
+    return [
+        {"prompt": row.get("prompt") or f"feedback {row.get('feedback_id', '?')}"}
+        | {"before": row["before"]["reply"], "after": row["after"]["reply"]}
+        for row in rows
+        if row["after"].get("garbled") and not row["before"].get("garbled")
+    ]
 
 
 def _compare_batch(

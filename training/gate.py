@@ -4,7 +4,8 @@
 no worse than it. The report is what training/evaluation.py builds: per-status counts for the
 trained feedback items (`feedback_items`), a `held_out` and a `regression` section with a
 `summary` of the same counts (regression also carries `mean_drift` and `facts`: the general
-facts judged against the base, whatever serves), and `per_lesson`, one row per lesson
+facts judged against the base, whatever serves), `newly_garbled` (replies that read as answers
+before and look garbled after), and `per_lesson`, one row per lesson
 (feedback grouped by its text) with its own trained and held-out counts. Fixed fractions are
 asked of each lesson, not of all feedback pooled: a lesson the candidate learned well does not
 hide one it did not. A report without `per_lesson` is judged as one lesson.
@@ -48,6 +49,12 @@ class GateThresholds:
     # could add up version by version (two here, two there) with nothing bounding the sum. The
     # same 2 of 22: one version's greedy-decoding noise, not a per-version allowance.
     max_facts_lost_from_base: int = Field(2, ge=0, le=1000)
+    # Replies (to any item: trained, held out, regression prompt) that look garbled under the
+    # candidate where the serving model's read as answers: a phrase going round, a count in
+    # place of an answer (training/readability.py). Checks alone let them through: "la femme,
+    # la femme, ..." to the capital of France broke one fact within the facts' tolerance, and
+    # "Answer: 1. 1. 2. 3. ..." passes "begin with 'Answer:'" (bench/README.md, runs Q and R).
+    max_newly_garbled: int = Field(0, ge=0, le=1000)
     # Mean per-token KL(base || adapter) on approved good replies, in nats: how far the adapter
     # drifted on traffic the feedback did not ask to change.
     max_mean_drift: float = Field(1.0, ge=0.0, le=100.0)
@@ -114,6 +121,14 @@ def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
             f"(allowed: {thresholds.max_facts_lost_from_base}): "
             + ", ".join(f'"{prompt}"' for prompt in lost[:3])
             + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+        )
+    garbled = report.get("newly_garbled") or []
+    if len(garbled) > thresholds.max_newly_garbled:
+        failures.append(
+            f"{len(garbled)} repl(ies) look garbled where the serving model's read as answers "
+            f"(allowed: {thresholds.max_newly_garbled}): "
+            + ", ".join(f'"{row["prompt"]}": "{row["after"][:60]}"' for row in garbled[:2])
+            + (f" and {len(garbled) - 2} more" if len(garbled) > 2 else "")
         )
     drift = regression.get("mean_drift")
     if drift is not None and drift > thresholds.max_mean_drift:

@@ -16,18 +16,14 @@ from reviewapp.learning.lessons import (
     unkept_lessons,
 )
 from reviewapp.learning.models import DistillationTarget, TargetState
-from reviewapp.learning.ranking import (
-    ProposalScore,
-    closeness,
-    proposal_rank,
-    reply_well_formedness,
-)
+from reviewapp.learning.ranking import ProposalScore, closeness, proposal_rank
 from reviewapp.projects.models import Project
 from reviewapp.projects.project_settings import update_settings
 from reviewapp.review.models import Feedback
 from reviewapp.traces.chat import Message
 from reviewapp.traces.rendering import DiffPiece, word_diff
 from training.checks import CheckResult, check_reply
+from training.readability import reply_well_formedness
 
 CHOSEN_STATES = (TargetState.APPROVED, TargetState.EDITED)
 # The targets page shows this many feedback items per tab, newest first.

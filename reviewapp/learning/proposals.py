@@ -10,7 +10,6 @@ from django.db import transaction
 
 from reviewapp.learning.lessons import earlier_lessons, unkept_lessons
 from reviewapp.learning.models import DistillationTarget, TargetState
-from reviewapp.learning.ranking import WELL_FORMED_MIN, reply_well_formedness
 from reviewapp.projects.models import Project
 from reviewapp.projects.outbound import OutboundRefused, check_teacher_url
 from reviewapp.projects.project_settings import ProjectSettings, settings_for
@@ -18,6 +17,7 @@ from reviewapp.review.feedback import mark_feedback_failed
 from reviewapp.review.models import Feedback, FeedbackStatus
 from reviewapp.traces.models import tools_shown
 from training.config import TrainingConfig
+from training.readability import WELL_FORMED_MIN, reply_well_formedness
 
 # The teacher samples this many revisions per request, until one passes the feedback's checks
 # or TEACHER_BUDGET samples are spent: the bundled model follows some feedback 1 time in 16.

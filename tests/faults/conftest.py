@@ -25,7 +25,11 @@ from psycopg import sql
 
 from bench.apprentice_server import SERVER_SECRET_KEY, free_port, server_command
 from reviewapp.learning.models import ACTIVE_RUN_STATUSES
-from tests.training.conftest import make_tiny_llama, make_tiny_tokenizer  # noqa: F401
+from tests.training.conftest import (  # noqa: F401
+    TINY_MODEL_GATE,
+    make_tiny_llama,
+    make_tiny_tokenizer,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DATABASE = "faults_template"
@@ -363,7 +367,7 @@ def use_tiny_base(
             "max_seq_len": 64,
             "save_every_steps": save_every_steps,
         },
-        "gate": {"min_fixed_fraction": 0},  # a tiny random model fixes nothing
+        "gate": TINY_MODEL_GATE,
         "auto_deploy": auto_deploy,
     }
     stack.execute(

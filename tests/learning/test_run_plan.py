@@ -21,7 +21,12 @@ from reviewapp.learning.tasks import run_training
 from reviewapp.projects.project_settings import update_settings
 from tests.factories import approve_a_correction
 from tests.fake_upstream import FakeUpstream, free_port
-from tests.training.conftest import make_tiny_llama, make_tiny_tokenizer, tiny_base  # noqa: F401
+from tests.training.conftest import (  # noqa: F401
+    TINY_MODEL_GATE,
+    make_tiny_llama,
+    make_tiny_tokenizer,
+    tiny_base,
+)
 
 # Two updates: these runs are about what the plan decides, not about learning.
 TRAINING = {"epochs": 2, "min_steps": 1, "per_device_batch_size": 2, "max_seq_len": 64}
@@ -48,7 +53,7 @@ def approved(project, servers, settings, tmp_path, tiny_base):  # noqa: F811
         project=project,
         changes={
             "training": TRAINING,
-            "gate": {"min_fixed_fraction": 0},
+            "gate": TINY_MODEL_GATE,
             "auto_deploy": False,
             "upstreams": [servers[0].url],
         },

@@ -18,6 +18,7 @@ from reviewapp.learning.runs import TransitionRefused, request_cancel, start_ret
 from reviewapp.learning.tasks import run_training
 from tests.factories import approve_a_correction
 from tests.fake_upstream import FakeUpstream
+from tests.training.conftest import TINY_MODEL_GATE
 from training import trainer
 from training.repliers import InProcessReplier
 
@@ -39,7 +40,7 @@ def approved(project, model_server, tmp_path, settings, tiny_base):
     project.upstream_url = model_server.url
     project.settings = {
         "training": TRAINING,
-        "gate": {"min_fixed_fraction": 0},  # a tiny random model fixes nothing
+        "gate": TINY_MODEL_GATE,
         "auto_deploy": True,
     }
     project.save()

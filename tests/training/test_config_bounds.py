@@ -36,6 +36,7 @@ def test_the_numeric_fields_are_found():
         "max_held_out_adherence_drop",
         "max_regression_failures",
         "max_facts_lost_from_base",
+        "max_newly_garbled",
         "max_mean_drift",
     }
 

@@ -298,3 +298,36 @@ def test_on_a_model_server_the_serving_side_is_the_serving_adapter_not_the_candi
         assert loaded.keys() == expected[name].keys()
         assert all(torch.equal(loaded[key], expected[name][key]) for key in loaded)
     assert not all(torch.equal(before[key], after[key]) for key in before)
+
+
+def test_a_reply_going_round_is_marked_garbled_and_one_that_reads_is_not(make_tiny_tokenizer):
+    from training.evaluation import checked_reply
+
+    tokenizer = make_tiny_tokenizer()
+    item = {"context": _user(QUESTIONS[0]), "checks": [{"kind": "regex", "value": "paris"}]}
+
+    def checked(text: str) -> dict:
+        return checked_reply(tokenizer, item, tokenizer.encode(text, add_special_tokens=False))
+
+    going_round = checked("paris , the capital , the capital , the capital , the capital")
+    assert going_round["passed"] and going_round["garbled"]  # its check alone lets it through
+    assert not checked("the capital of france is paris .")["garbled"]
+
+
+def test_the_report_lists_replies_garbled_after_that_read_before(yes_sayer):
+    from training.evaluation import evaluate_adapter, newly_garbled
+
+    readable, going_round = "the capital is paris .", "yes no yes no yes no yes no"
+    rows = [
+        {"prompt": "p1", "before": {"reply": readable, "garbled": False},
+         "after": {"reply": going_round, "garbled": True}},
+        {"prompt": "p2", "before": {"reply": going_round, "garbled": True},
+         "after": {"reply": going_round, "garbled": True}},
+        {"feedback_id": 7, "before": {"reply": readable, "garbled": False},
+         "after": {"reply": readable, "garbled": False}},
+    ]  # fmt: skip
+
+    assert newly_garbled(rows) == [{"prompt": "p1", "before": readable, "after": going_round}]
+    model, tokenizer = yes_sayer
+    report = evaluate_adapter(model, tokenizer, [{"context": _user(QUESTIONS[0])}], [])
+    assert report["newly_garbled"] == newly_garbled(report["items"])

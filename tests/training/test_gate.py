@@ -270,3 +270,19 @@ def test_adherence_is_the_share_passing_on_each_side():
     )
     assert adherence({"fixed": 3, "still failing": 1}) == (0.0, 0.75)
     assert adherence({}) is None
+
+
+def test_replies_garbled_where_the_serving_models_read_are_refused():
+    garbled = [
+        {"prompt": "What is the capital of France?", "before": "Paris.",
+         "after": "L'Étoile, la femme, la femme, la femme, la femme, la femme"},
+    ]  # fmt: skip
+    report = {**_report({"fixed": 4}), "newly_garbled": garbled}
+
+    passes, reason = gate_decision(report, GateThresholds())
+
+    assert not passes
+    assert "1 repl(ies) look garbled where the serving model's read as answers" in reason
+    assert '"What is the capital of France?": "L\'Étoile, la femme' in reason
+    assert gate_decision(report, GateThresholds(max_newly_garbled=1))[0]
+    assert gate_decision(_report({"fixed": 4}), GateThresholds())[0]

@@ -22,6 +22,7 @@ from reviewapp.review.feedback import record_feedback
 from reviewapp.traces.ingest import ingest_traces
 from tests.factories import CAPITAL_CONVERSATION, approve_a_correction
 from tests.fake_upstream import free_port
+from tests.training.conftest import TINY_MODEL_GATE
 from training.config import TrainingConfig
 from training.eval_sets import GENERAL_REGRESSION_PROMPTS, REPLAY_PROMPTS
 from training.trainer import Example, add_lora, load_base_model, train
@@ -37,7 +38,7 @@ def approved(project, tiny_base, settings, tmp_path):
         # Two updates (min_steps 1): a tiny random model fixes nothing in them, and these tests
         # are about the run's mechanics.
         "training": {"epochs": 2, "min_steps": 1, "per_device_batch_size": 2, "max_seq_len": 64},
-        "gate": {"min_fixed_fraction": 0},
+        "gate": TINY_MODEL_GATE,
         "auto_deploy": False,
     }
     project.save()
