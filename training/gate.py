@@ -119,16 +119,14 @@ def gate_decision(report: dict, thresholds: GateThresholds) -> tuple[bool, str]:
         failures.append(
             f"{len(lost)} general fact(s) the base answers right are wrong after "
             f"(allowed: {thresholds.max_facts_lost_from_base}): "
-            + ", ".join(f'"{prompt}"' for prompt in lost[:3])
-            + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+            + _first([f'"{prompt}"' for prompt in lost], 3)
         )
     garbled = report.get("newly_garbled") or []
     if len(garbled) > thresholds.max_newly_garbled:
         failures.append(
             f"{len(garbled)} repl(ies) look garbled where the serving model's read as answers "
             f"(allowed: {thresholds.max_newly_garbled}): "
-            + ", ".join(f'"{row["prompt"]}": "{row["after"][:60]}"' for row in garbled[:2])
-            + (f" and {len(garbled) - 2} more" if len(garbled) > 2 else "")
+            + _first([f'"{row["prompt"]}": "{row["after"][:60]}"' for row in garbled], 2)
         )
     drift = regression.get("mean_drift")
     if drift is not None and drift > thresholds.max_mean_drift:
@@ -183,6 +181,12 @@ def _lesson_failures(lesson: dict, thresholds: GateThresholds) -> list[str]:
             f"(a drop of at most {thresholds.max_held_out_adherence_drop:.2f} allowed)"
         )
     return failures
+
+
+def _first(quoted: list[str], shown: int) -> str:
+    """The first `shown` of `quoted`, and how many more there are."""
+    more = len(quoted) - shown
+    return ", ".join(quoted[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _named(lesson: dict) -> str:
