@@ -285,4 +285,6 @@ def test_replies_garbled_where_the_serving_models_read_are_refused():
     assert "1 repl(ies) look garbled where the serving model's read as answers" in reason
     assert '"What is the capital of France?": "L\'Étoile, la femme' in reason
     assert gate_decision(report, GateThresholds(max_newly_garbled=1))[0]
+    three = {**report, "newly_garbled": garbled * 3}
+    assert gate_decision(three, GateThresholds())[1].endswith(", la femme\" and 1 more")
     assert gate_decision(_report({"fixed": 4}), GateThresholds())[0]
