@@ -98,8 +98,11 @@ class TrainingConfig:
     # ("Answer: The answer to this question is that...") that broke 6 facts in
     # bench/lessons.py's run P. In one run (Q) "Answer:" then deployed with every fact kept,
     # and the next lesson was refused: its targets were edits of degenerate answers the
-    # serving adapter wrote ("Answer: 1. 1. 2. 3. ..."), which an edit keeps. Off until more
-    # runs, and a check that the original is worth keeping, decide.
+    # serving adapter wrote ("Answer: 1. 1. 2. 3. ..."), which an edit keeps: such proposals
+    # now look garbled and "checks pass" approval passes over them, and the gate refuses a
+    # candidate that writes them. A second run (R, edits that realign after a replaced word)
+    # refused "Answer:" for an item of "under 40 words" and 2 facts, as runs without edits
+    # did. Off: one run for, one against.
     teacher_edits: bool = False
     # Forgetting guard: weight of KL(base || student) on the replay set (the base's own answers
     # to general prompts, and good traces); 0 turns it off. At 0.5 a lesson about how answers

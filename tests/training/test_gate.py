@@ -286,5 +286,5 @@ def test_replies_garbled_where_the_serving_models_read_are_refused():
     assert '"What is the capital of France?": "L\'Étoile, la femme' in reason
     assert gate_decision(report, GateThresholds(max_newly_garbled=1))[0]
     three = {**report, "newly_garbled": garbled * 3}
-    assert gate_decision(three, GateThresholds())[1].endswith(", la femme\" and 1 more")
+    assert gate_decision(three, GateThresholds())[1].endswith(', la femme" and 1 more')
     assert gate_decision(_report({"fixed": 4}), GateThresholds())[0]
