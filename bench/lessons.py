@@ -50,7 +50,7 @@ from product import (
 
 from training.chat import message_text
 from training.config import GuardKeeps, GuardReference, StartFrom, TrainingConfig
-from training.readability import WELL_FORMED_MIN, well_formedness
+from training.readability import looks_garbled
 
 BENCH_DATABASE = "apprentice_bench_lessons"
 ALIAS = "team-agent"
@@ -206,7 +206,7 @@ def give_lesson(product, lesson: Lesson, questions, corrections: int, style) -> 
         body = {"text": lesson.feedback, "turn": 1, "checks": [lesson.check]}
         # The stand-in reviewer corrects an answer by restyling it, so it corrects only answers
         # worth keeping: a person would rewrite "Answer: 1. 1. 2. 3. ...", not append to it.
-        if corrected < corrections and well_formedness(answer) >= WELL_FORMED_MIN:
+        if corrected < corrections and not looks_garbled(answer):
             body["correction"] = {"role": "assistant", "content": style(answer)}
             corrected += 1
         response = product.api.post(f"/api/v1/traces/{trace_id}/feedback", json=body)

@@ -294,8 +294,11 @@ def newly_garbled(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows whose reply looks garbled under the candidate (a phrase going round, a count in
     place of an answer: training/readability.py) where what serves wrote one that reads."""
     return [
-        {"prompt": row.get("prompt") or f"feedback {row.get('feedback_id', '?')}"}
-        | {"before": row["before"]["reply"], "after": row["after"]["reply"]}
+        {
+            "prompt": row.get("prompt") or f"feedback {row.get('feedback_id', '?')}",
+            "before": row["before"]["reply"],
+            "after": row["after"]["reply"],
+        }
         for row in rows
         if row["after"].get("garbled") and not row["before"].get("garbled")
     ]

@@ -83,4 +83,5 @@ def _echoes(text: str, feedback_text: str) -> bool:
 
 
 def looks_garbled(text: str) -> bool:
+    """Whether `text` scores below WELL_FORMED_MIN."""
     return well_formedness(text) < WELL_FORMED_MIN

@@ -1,6 +1,6 @@
 """How much a reply reads as an answer, on plain text."""
 
-from training.readability import WELL_FORMED_MIN, well_formedness
+from training.readability import WELL_FORMED_MIN, looks_garbled, well_formedness
 
 
 def test_a_plain_answer_is_well_formed():
@@ -32,6 +32,7 @@ def test_strings_of_consonants_look_garbled():
 def test_a_count_in_place_of_an_answer_looks_garbled():
     count = "Answer: " + " ".join(f"{n}." for n in [1, *range(1, 42)]) + " Hope this helps."
     assert well_formedness(count) < WELL_FORMED_MIN
+    assert looks_garbled(count)
     # Numbers among words are an answer: years, a short sum.
     assert well_formedness("The wars ended in 1918 and in 1945, after 4 and 6 years.") == 1.0
 
