@@ -102,7 +102,8 @@ class TrainingConfig:
     # now look garbled and "checks pass" approval passes over them, and the gate refuses a
     # candidate that writes them. A second run (R, edits that realign after a replaced word)
     # refused "Answer:" for an item of "under 40 words" and 2 facts, as runs without edits
-    # did. Off: one run for, one against.
+    # did; a third (S) deployed it with every fact kept: 2 of 3 runs with edits, 1 of 4
+    # without. Off until more runs (and the test set) decide.
     teacher_edits: bool = False
     # Forgetting guard: weight of KL(base || student) on the replay set (the base's own answers
     # to general prompts, and good traces); 0 turns it off. At 0.5 a lesson about how answers
