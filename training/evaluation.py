@@ -30,7 +30,7 @@ from training.chat import (
 from training.eval_sets import feedback_kind
 from training.gate import adherence
 from training.losses import per_token_topk_tail_kl
-from training.readability import WELL_FORMED_MIN, reply_well_formedness
+from training.readability import reply_looks_garbled
 from training.repliers import InProcessReplier, Replier
 from training.sampling import active_adapter, adapter_disabled, reply_logits, weights_of
 from training.targets import run_checks
@@ -286,7 +286,7 @@ def checked_reply(
         "reply": text,
         "checks": [vars(result) for result in results],
         "passed": all(result.passed for result in results),
-        "garbled": reply_well_formedness(message) < WELL_FORMED_MIN,
+        "garbled": reply_looks_garbled(message),
     }
 
 

@@ -85,3 +85,8 @@ def _echoes(text: str, feedback_text: str) -> bool:
 def looks_garbled(text: str) -> bool:
     """Whether `text` scores below WELL_FORMED_MIN."""
     return well_formedness(text) < WELL_FORMED_MIN
+
+
+def reply_looks_garbled(reply: dict, *, feedback_text: str = "") -> bool:
+    """Whether an assistant message scores below WELL_FORMED_MIN (reply_well_formedness)."""
+    return reply_well_formedness(reply, feedback_text=feedback_text) < WELL_FORMED_MIN

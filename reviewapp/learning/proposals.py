@@ -17,7 +17,7 @@ from reviewapp.review.feedback import mark_feedback_failed
 from reviewapp.review.models import Feedback, FeedbackStatus
 from reviewapp.traces.models import tools_shown
 from training.config import TrainingConfig
-from training.readability import WELL_FORMED_MIN, reply_well_formedness
+from training.readability import reply_looks_garbled
 
 # The teacher samples this many revisions per request, until one passes the feedback's checks
 # or TEACHER_BUDGET samples are spent: the bundled model follows some feedback 1 time in 16.
@@ -183,22 +183,18 @@ def propose_targets_for(*, feedback_id: int) -> int:
         # several near-identical targets weighing it several times; and never one that looks
         # garbled (a count kept by the teacher's edit passes an ending's check), as a person
         # approving in bulk would not (approvals.FeedbackTargets.approvable).
-        auto_approved = (
-            next(
-                (
-                    rank
-                    for rank, proposal in enumerate(proposals)
-                    if proposal.passes_checks
-                    and reply_well_formedness(proposal.message, feedback_text=feedback.text)
-                    >= WELL_FORMED_MIN
-                ),
-                None,
-            )
-            if project_settings.auto_approve == "checks_pass"
-            and feedback.checks
+        auto_approve = (
+            project_settings.auto_approve == "checks_pass"
+            and bool(feedback.checks)
             and feedback.from_reviewer  # checks a harness wrote prove nothing to a reviewer
-            else None
         )
+        approvable = [
+            rank
+            for rank, proposal in enumerate(proposals)
+            if proposal.passes_checks
+            and not reply_looks_garbled(proposal.message, feedback_text=feedback.text)
+        ]
+        auto_approved = approvable[0] if auto_approve and approvable else None
         rows = [
             DistillationTarget(
                 feedback=feedback,
