@@ -369,15 +369,21 @@ def propose_targets(
 
 
 class VllmTeacher:
-    """Samples from an OpenAI-compatible server (vLLM), `n` choices in one request."""
+    """Samples from an OpenAI-compatible server (vLLM), `n` choices in one request; seeded."""
 
     def __init__(
-        self, base_url: str, model: str, client: httpx.Client, api_key: str | None = None
+        self,
+        base_url: str,
+        model: str,
+        client: httpx.Client,
+        api_key: str | None = None,
+        seed: int = 0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model  # the served base name, or a loaded adapter's name
         self.client = client
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.seed = seed
 
     def sample(self, request: SampleRequest) -> list[TeacherSample]:
         body: dict[str, Any] = {
@@ -385,7 +391,12 @@ class VllmTeacher:
             "n": request.n,
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
+            # The same feedback on the same trace gets the same proposals, so a run can be
+            # repeated (and a test's outcome is not a draw). vLLM gives the i-th of the n
+            # choices seed + i, so the next round starts past them.
+            "seed": self.seed,
         }
+        self.seed += request.n
         if request.tools:
             body["tools"] = request.tools
         choices = self._post(f"{self.base_url}/chat/completions", body)["choices"]

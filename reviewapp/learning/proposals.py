@@ -41,13 +41,14 @@ def teacher_for(project: Project, project_settings: ProjectSettings):
     url = (teacher.url or project.upstream_url or settings.VLLM_URL).rstrip("/")
     model = teacher.model or project.upstream_model or project.served_model
     client = httpx.Client(timeout=120)
+    seed = project_settings.training_config(mode="sft").seed  # the project's runs repeat
     if teacher.url:  # configured on purpose: its failures are reported, not worked around
         # Set when the operator allowed it; asked only while the operator still does.
         url = check_teacher_url(project, teacher.url)
-        return VllmTeacher(url, model, client, api_key=teacher.api_key())
+        return VllmTeacher(url, model, client, api_key=teacher.api_key(), seed=seed)
     try:
         if client.get(f"{url}/models", timeout=3).status_code == 200:
-            return VllmTeacher(url, model, client)
+            return VllmTeacher(url, model, client, seed=seed)
     except httpx.HTTPError:
         pass
     from training.base_models import resolve_base_model
@@ -56,7 +57,7 @@ def teacher_for(project: Project, project_settings: ProjectSettings):
 
     model_dir = resolve_base_model(project.base_model, Path(settings.MODEL_CACHE_DIR))
     model, tokenizer = load_base_model(model_dir, TrainingConfig())
-    return TransformersTeacher(model, tokenizer)
+    return TransformersTeacher(model, tokenizer, seed=seed)
 
 
 def worked_examples_for(feedback: Feedback, limit: int = WORKED_EXAMPLES) -> list:

@@ -32,7 +32,9 @@ from reviewapp.traces.models import Trace
 from tests.e2e.conftest import sign_in
 from tests.fake_upstream import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# Sequences from 1: the gate's held-out feedback is drawn by id, so the same items are held out
+# whichever tests ran before this one.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, reset_sequences=True)]
 
 MODEL = "SmolLM2-135M-Instruct"
 FEEDBACK = "Always begin your answer with 'Answer:'."
@@ -238,20 +240,12 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     assert _adapter_versions([trace_id for trace_id, _ in before]) == {""}
     _recorded_whole(before)
 
-    # 2. Feedback on each final answer: most through the API, two in the dashboard (a browser),
-    # where the reviewer also writes the corrected reply.
+    # 2. Feedback on each final answer: two in the dashboard (a browser), where the reviewer
+    # also writes the corrected reply, then the rest through the API. In that order the
+    # teacher is shown both corrections as worked examples for every item it revises, rather
+    # than as many as the browser had saved by then (its samples are seeded: the targets, and
+    # so the run, are the same each time).
     by_api, by_dashboard = before[:10], before[10:]
-    for trace_id, result in by_api:
-        response = api.post(
-            f"/api/v1/traces/{trace_id}/feedback",
-            json={
-                "text": FEEDBACK,
-                "turn": len(result.messages) - 1,
-                "author": "support-lead",
-                "checks": [{"kind": "regex", "value": BEGINS_WITH_ANSWER}],
-            },
-        )
-        assert response.status_code == 201, response.text
     sign_in(page.context, alice, live_server)
     for trace_id, result in by_dashboard:
         trace = Trace.objects.get(project=project, external_id=trace_id)
@@ -264,6 +258,17 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         form.locator("input[name=check_regex]").fill(BEGINS_WITH_ANSWER)
         form.get_by_role("button", name="Save feedback").click()
         expect(page.locator("#feedback-panel article.feedback")).to_have_count(1)
+    for trace_id, result in by_api:
+        response = api.post(
+            f"/api/v1/traces/{trace_id}/feedback",
+            json={
+                "text": FEEDBACK,
+                "turn": len(result.messages) - 1,
+                "author": "support-lead",
+                "checks": [{"kind": "regex", "value": BEGINS_WITH_ANSWER}],
+            },
+        )
+        assert response.status_code == 201, response.text
 
     # 3. The worker turns feedback into targets (vLLM as teacher); the best passing one is
     # approved, and feedback no revision followed is marked failed (write a correction).
@@ -302,6 +307,9 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         f"progress {sorted(percents)}; gate: {run.metrics.get('gate')}; "
         f"train: {run.metrics.get('train')}"
     )
+    for candidate in run.metrics.get("candidates") or []:  # each adapter the gate weighed
+        print(f"candidate step {candidate['step']}: passed {candidate['passed']}, "
+              f"{candidate['reason']}")  # fmt: skip
     for item in (run.metrics.get("regression") or {}).get("items") or []:
         if item.get("status") == "regressed":  # what a failed gate broke, for reading a CI log
             print(f"regressed: {item.get('prompt')!r}: {item.get('before', {}).get('reply')!r}"

@@ -381,10 +381,29 @@ def test_vllm_teacher_asks_for_n_choices_in_one_request():
             "n": 2,
             "max_tokens": 32,
             "temperature": 0.7,
+            "seed": 0,
         }
     ]
     assert [sample.truncated for sample in samples] == [False, True]
     assert samples[0].message == {"role": "assistant", "content": "Answer: Paris."}
+
+
+def test_vllm_teachers_rounds_draw_from_seeds_past_the_last_rounds_choices():
+    seeds = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seeds.append(json.loads(request.content)["seed"])
+        choice = {"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}
+        return httpx.Response(200, json={"choices": [choice]})
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    teacher = VllmTeacher("http://vllm.test/v1/", "smol", client, seed=7)
+
+    for n in (4, 2, 4):
+        teacher.sample(SampleRequest(TRACE[:2], n=n, max_tokens=32, temperature=0.7))
+
+    # vLLM seeds the i-th choice seed + i: no choice of one round repeats one of another's.
+    assert seeds == [7, 11, 13]
 
 
 def test_transformers_teacher_repeats_its_samples_for_the_same_seed(

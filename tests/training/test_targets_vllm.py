@@ -1,5 +1,6 @@
-"""The teacher's edit of an original answer, made over vLLM's token ids (the real vLLM CPU server
-with the bundled model), is the edit the same model makes in process."""
+"""The teacher on the real vLLM CPU server with the bundled model: its edit of an original answer,
+made over vLLM's token ids, is the edit the same model makes in process; its samples repeat for
+the same seed."""
 
 import httpx
 import pytest
@@ -8,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from training.targets import (
     EditRequest,
+    SampleRequest,
     TransformersTeacher,
     VllmTeacher,
     WorkedExample,
@@ -45,3 +47,22 @@ def test_the_servers_edit_of_an_answer_is_the_one_made_in_process(vllm_url, bund
     # The lesson's words put in front, the answer's own kept after them.
     assert served.message["content"].startswith("Answer:")
     assert "Lima" in served.message["content"]
+
+
+def test_the_servers_samples_repeat_for_the_same_seed_and_differ_between_rounds(vllm_url):
+    question = [{"role": "user", "content": "Why do cats like boxes?"}]
+    request = SampleRequest(
+        hint_context(question, FEEDBACK, EXAMPLES), n=4, max_tokens=24, temperature=1.0
+    )
+
+    def two_rounds(seed: int) -> list[str]:
+        with httpx.Client(timeout=120) as client:
+            teacher = VllmTeacher(vllm_url, settings.BASE_MODEL, client, seed=seed)
+            rounds = [teacher.sample(request), teacher.sample(request)]
+        return [sample.message["content"] for samples in rounds for sample in samples]
+
+    first, again, other = two_rounds(seed=0), two_rounds(seed=0), two_rounds(seed=100)
+
+    assert first == again
+    assert first != other
+    assert len(set(first)) > 4  # the second round draws new samples, not the first's again
