@@ -32,16 +32,16 @@ WORKED_EXAMPLES = 4
 WORKED_EXAMPLE_CHARS = 3000
 
 
-def teacher_for(project: Project, project_settings: ProjectSettings):
+def teacher_for(project: Project, project_settings: ProjectSettings, *, seed: int):
     """The project's teacher endpoint if it has one; else its model server when that answers
-    (fast, batched n); else the base model in this process."""
+    (fast, batched n); else the base model in this process. Its samples are drawn from `seed`
+    (the project's training seed), so the same feedback gets the same proposals."""
     from training.targets import VllmTeacher
 
     teacher = project_settings.teacher
     url = (teacher.url or project.upstream_url or settings.VLLM_URL).rstrip("/")
     model = teacher.model or project.upstream_model or project.served_model
     client = httpx.Client(timeout=120)
-    seed = project_settings.training_config(mode="sft").seed  # the project's runs repeat
     if teacher.url:  # configured on purpose: its failures are reported, not worked around
         # Set when the operator allowed it; asked only while the operator still does.
         url = check_teacher_url(project, teacher.url)
@@ -142,7 +142,7 @@ def propose_targets_for(*, feedback_id: int) -> int:
         examples = worked_examples_for(feedback) if prompt == "hint" else []
         try:
             proposals = propose_targets(
-                teacher_for(project, project_settings),
+                teacher_for(project, project_settings, seed=config.seed),
                 messages,
                 turn,
                 feedback.text,
@@ -189,13 +189,13 @@ def propose_targets_for(*, feedback_id: int) -> int:
             and bool(feedback.checks)
             and feedback.from_reviewer  # checks a harness wrote prove nothing to a reviewer
         )
-        approvable = [
+        approvable = (
             rank
             for rank, proposal in enumerate(proposals)
             if proposal.passes_checks
             and not reply_looks_garbled(proposal.message, feedback_text=feedback.text)
-        ]
-        auto_approved = approvable[0] if auto_approve and approvable else None
+        )
+        auto_approved = next(approvable, None) if auto_approve else None
         rows = [
             DistillationTarget(
                 feedback=feedback,
