@@ -23,6 +23,14 @@ def refusals(monkeypatch) -> RefusalCounter:
     return counter
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Users are made with MD5 hashes: the production hasher (PBKDF2, a million rounds) takes
+    0.4-0.7 s a user on these machines, minutes over the suite. A test whose password another
+    process checks keeps the production hashers (tests/site/test_production_start.py)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 class Enqueued(list):
     """The jobs sent through reviewapp.jobs, in order: (task name, args, countdown) each."""
 

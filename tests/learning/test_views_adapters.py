@@ -30,12 +30,6 @@ from tests.fake_upstream import FakeUpstream, free_port
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """The named users get passwords; hashing them properly is not what these tests are about."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def logged_in(user) -> Client:
     client = Client()
     client.force_login(user)

@@ -36,11 +36,6 @@ def age_failures(minutes: int) -> None:
     AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(minutes=minutes))
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def root(django_user_model):
     return django_user_model.objects.create_superuser("root", password=RIGHT)

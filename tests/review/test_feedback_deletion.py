@@ -23,11 +23,6 @@ from reviewapp.traces.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def trace(project):
     ingest_traces(project=project, raw_items=[make_trace("t-1")])

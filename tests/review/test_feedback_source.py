@@ -15,11 +15,6 @@ from tests.factories import ApiClient, make_trace
 FEEDBACK = "/api/v1/traces/t-1/feedback"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def trace(project):
     ingest_traces(project=project, raw_items=[make_trace("t-1")])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.conf import global_settings
 from django.db import connection
 
 from reviewapp.traces.ingest import ingest_traces
@@ -55,6 +56,13 @@ class Browser:
 
     def post(self, path: str, data: dict) -> httpx.Response:
         return self._keep_cookies(self.client.post(path, data=data, headers=self._headers()))
+
+
+@pytest.fixture(autouse=True)
+def production_password_hashing(settings):
+    """alice signs in on the production web process, which knows only the production hashers
+    (the suite's conftest makes users with MD5)."""
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
 
 
 @pytest.fixture

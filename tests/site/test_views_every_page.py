@@ -122,11 +122,6 @@ def test_every_url_of_the_dashboard_is_walked():
     assert set(PAGES) | POST_ONLY | ELSEWHERE <= names, "a listed URL no longer exists"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def url_arguments(project, alice, bob, victor) -> dict:
     """One of everything a dashboard URL can name, in the acme project."""

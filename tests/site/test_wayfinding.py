@@ -16,11 +16,6 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 CSS = Path(__file__).resolve().parents[2] / "static" / "css"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def page_for(user, url: str) -> str:
     client = Client()
     client.force_login(user)

@@ -306,7 +306,6 @@ def test_with_no_model_server_answering_the_worker_evaluates_and_the_run_page_sa
 ):
     from django.test import Client
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     silent = f"http://127.0.0.1:{free_port()}/v1"
     settings.MODEL_SERVERS = [silent]
     project.settings = {**project.settings, "upstreams": [silent]}

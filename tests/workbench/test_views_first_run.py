@@ -15,11 +15,6 @@ from reviewapp.traces.models import Tag, TraceTag
 from tests.factories import make_trace
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def steps_done(user) -> dict[str, bool] | None:
     """Each step of the checklist on the trace list and whether it is ticked; None: no list."""
     client = Client()
