@@ -88,9 +88,10 @@ def compare_replies(
     dict to each evaluation and it is computed once. `replier` writes the greedy replies
     (default: in this process); the divergence and drift are measured here either way.
     `serving`: the name of the loaded adapter that answers the before side (None: the base
-    answers it)."""
+    answers it). `batch_size`: items whose divergence is measured together (each holds the
+    full-vocabulary logits of every reply token, so it stays smaller than a generation batch)."""
     base_cache = {} if base_cache is None else base_cache
-    replier = replier or InProcessReplier(tokenizer.eos_token_id, batch_size)
+    replier = replier or InProcessReplier(tokenizer.eos_token_id)
     budgets = [
         max_new_tokens or generation_budget(tokenizer, item.get("original")) for item in items
     ]

@@ -34,10 +34,16 @@ class Replier(Protocol):
         ...
 
 
+# Prompts generated together in this process. On 2 CPU cores, 34 gate prompts of 64 tokens under
+# a LoRA adapter took 40 s in batches of 8 and 16 s in one batch (vLLM CPU: 54 s); the KV cache
+# of 32 prompts of ~700 tokens on the bundled model is under 1 GB.
+GENERATION_BATCH_SIZE = 32
+
+
 class InProcessReplier:
     """HF generate in this process, prompts of similar budgets batched together."""
 
-    def __init__(self, eos_token_id: int, batch_size: int = 8) -> None:
+    def __init__(self, eos_token_id: int, batch_size: int = GENERATION_BATCH_SIZE) -> None:
         self.eos_token_id = eos_token_id
         self.batch_size = batch_size
 
