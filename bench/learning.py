@@ -361,11 +361,11 @@ class QuietJob:
         return f"bench-{self.name}"
 
 
-def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
+def make_targets(base, tokenizer, kind: Kind, questions, originals, config: TrainingConfig):
     """(approved targets as (question, reply, teacher context, original answer), teacher
     passes, worked examples) as the worker makes them: the 4 corrections, then the teacher for
     the other 12."""
-    teacher = TransformersTeacher(base, tokenizer, seed=seed)
+    teacher = TransformersTeacher(base, tokenizer, seed=config.seed)
     worked = [
         WorkedExample.reply(question, kind.correct(original))
         for question, original in zip(questions[:4], originals[:4], strict=True)
@@ -385,6 +385,7 @@ def make_targets(base, tokenizer, kind: Kind, questions, originals, seed: int):
             n=TEACHER_SAMPLES_PER_ROUND,
             budget=TEACHER_BUDGET,
             examples=worked,
+            edit_original=config.teacher_edits,
         )
         if proposals and proposals[0].passes_checks:
             teacher_passed += 1
@@ -406,7 +407,7 @@ def run_kind(
     started = time.monotonic()
     originals = greedy(base, tokenizer, [user(q) for q in questions])
     targets, teacher_passed, worked = make_targets(
-        base, tokenizer, kind, questions, originals, config.seed
+        base, tokenizer, kind, questions, originals, config
     )
     targets_s = time.monotonic() - started
 
@@ -559,6 +560,11 @@ def main() -> None:
         "shown the lesson where it changes the base's next token, the base elsewhere), or "
         "lesson_edits (as lesson_changes, on the base's own answers edited by the teacher)",
     )
+    parser.add_argument(
+        "--teacher-edits",
+        action="store_true",
+        help="propose the teacher's edit of each answer before its samples (teacher_edits)",
+    )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]
     chosen_kinds = [kind for kind in kinds if not args.kinds or kind.name in args.kinds]
@@ -566,7 +572,8 @@ def main() -> None:
     print(
         f"set {args.set}, mode {args.mode}, seeds {args.seeds}, forgetting guard weight "
         f"{args.base_kl_weight} towards {args.guard_reference}, preference weight "
-        f"{args.preference_weight} on {args.preference_lessons} lessons; every other "
+        f"{args.preference_weight} on {args.preference_lessons} lessons, teacher edits "
+        f"{'on' if args.teacher_edits else 'off'}; every other "
         f"setting the default; {len(held_out)} held-out questions",
         flush=True,
     )
@@ -585,6 +592,7 @@ def main() -> None:
                 preference_weight=args.preference_weight,
                 preference_lessons=args.preference_lessons,
                 guard_reference=args.guard_reference,
+                teacher_edits=args.teacher_edits,
             )
             row = run_kind(kind, questions, held_out, model_dir, args.model_cache, config)
             rows.append(row)
