@@ -558,7 +558,9 @@ def main() -> None:
         help="what the guard pulls towards on general prompts: the base shown the lesson, "
         "the base as it is, both (every other prompt each way), or lesson_changes (the base "
         "shown the lesson where it changes the base's next token, the base elsewhere), or "
-        "lesson_edits (as lesson_changes, on the base's own answers edited by the teacher)",
+        "lesson_edits (as lesson_changes, on the base's own answers edited by the teacher), "
+        "or aligned_edits (the base's finished answers edited, the base as reference at the "
+        "tokens kept from them)",
     )
     parser.add_argument(
         "--teacher-edits",

@@ -10,6 +10,7 @@ and vLLM serving the bundled model (`python manage.py serve_model`, or pass --vl
     python bench/lessons.py --guard-keeps base     # the guard holds each retrain to the base
     python bench/lessons.py --guard-reference lesson_edits   # replay: the base's answers, edited
     python bench/lessons.py --teacher-edits        # the teacher's edit of each answer proposed
+    python bench/lessons.py --teacher-model SmolLM2-135M-Instruct   # the base writes targets
 
 It starts the product (bench/product.py: web, worker, a scratch database; vLLM serves the
 project's model, teaches and answers the gate) on default settings but one: "checks pass"
@@ -369,6 +370,12 @@ def main() -> None:
         help="propose the teacher's edit of each answer before its samples (teacher_edits)",
     )
     parser.add_argument(
+        "--teacher-model",
+        default="",
+        help="the model name on the model server that writes revision targets (teacher.model; "
+        "blank: the project's own, what serves; the base's name: the base shown the lessons)",
+    )
+    parser.add_argument(
         "--ledger-screenshot",
         default="",
         help="after each retrain, capture the lessons ledger on its adapter's page to this PNG",
@@ -407,6 +414,7 @@ def main() -> None:
             "/api/v1/settings",
             json={
                 "auto_approve": "checks_pass",
+                "teacher": {"model": args.teacher_model},
                 "training": {
                     "start_from": args.start_from,
                     "min_steps": args.min_steps,
@@ -418,7 +426,8 @@ def main() -> None:
         ).raise_for_status()
         print(f"every retrain starts from {args.start_from}, {args.min_steps} updates at least, "
               f"the guard keeping {args.guard_keeps} on {args.guard_reference} replay; "
-              f"teacher edits {'on' if args.teacher_edits else 'off'}; "
+              f"teacher edits {'on' if args.teacher_edits else 'off'}, the teacher "
+              f"{args.teacher_model or 'what serves'}; "
               f"retrains after lessons {sorted(retrain_after)}", flush=True)  # fmt: skip
         questions = iter(QUESTIONS)
         given: list[Lesson] = []
