@@ -373,7 +373,7 @@ def main() -> None:
         "--teacher-model",
         default="",
         help="the model name on the model server that writes revision targets (teacher.model; "
-        "blank: the project's own, what serves; the base's name: the base shown the lessons)",
+        "blank: the project's own, what serves; the base's name: the base without its adapter)",
     )
     parser.add_argument(
         "--ledger-screenshot",
