@@ -102,10 +102,10 @@ class TrainingConfig:
     # now look garbled and "checks pass" approval passes over them, and the gate refuses a
     # candidate that writes them. A second run (R, edits that realign after a replaced word)
     # refused "Answer:" for an item of "under 40 words" and 2 facts, as runs without edits
-    # did; a third (S) deployed it with every fact kept: 2 of 3 runs with edits, 1 of 4
-    # without (a fourth, T, with "aligned_edits": deployed, every fact kept). On the
-    # development set beside "lesson_edits" it kept fewer facts on 2 kinds of 3 and a third
-    # looped (bench/README.md, "The teacher's edits of the answers"): off.
+    # did; S, T ("aligned_edits") and U (the base as teacher) deployed it with every fact
+    # kept: 4 runs of 5 with edits, 1 of 4 without. On the development set beside
+    # "lesson_edits" it kept fewer facts on 2 kinds of 3 and a third looped (bench/README.md,
+    # "The teacher's edits of the answers"): off.
     teacher_edits: bool = False
     # Forgetting guard: weight of KL(base || student) on the replay set (the base's own answers
     # to general prompts, and good traces); 0 turns it off. At 0.5 a lesson about how answers
