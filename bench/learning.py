@@ -84,6 +84,14 @@ class Kind:
     feedback: str
     check: dict
     correct: Callable[[str], str]  # a reviewer's corrected answer, from the original one
+    # The same reviewer keeping every complete sentence of the original (--corrections whole);
+    # None where cutting the answer is the lesson itself.
+    correct_whole: Callable[[str], str] | None = None
+
+    def corrected(self, original: str, corrections: str) -> str:
+        if corrections == "whole" and self.correct_whole:
+            return self.correct_whole(original)
+        return self.correct(original)
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,19 @@ def _first_sentence(text: str) -> str:
 
 def _sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s", text.strip()) if s]
+
+
+def _complete(text: str) -> list[str]:
+    """The answer's complete sentences: what a reviewer keeps of an answer the harness's token
+    limit cut off, dropping only the unfinished tail (the first sentence is kept whatever)."""
+    sentences = _sentences(text)
+    if len(sentences) > 1 and not re.search(r"[.!?][\"')]*$", sentences[-1]):
+        sentences = sentences[:-1]
+    return sentences
+
+
+def _whole(text: str) -> str:
+    return " ".join(_complete(text))
 
 
 # The development set: the defaults were chosen on it.
@@ -174,6 +195,7 @@ DEV_KINDS = (
         "End every answer with the sentence 'Hope this helps.'",
         {"kind": "regex", "value": r"Hope this helps\.?\s*$"},
         lambda text: f"{_first_sentence(text)} Hope this helps.",
+        lambda text: f"{_whole(text)} Hope this helps.",
     ),
     Kind(
         "lowercase",
@@ -186,12 +208,14 @@ DEV_KINDS = (
         "Always suggest asking an expert for more help.",
         {"kind": "regex", "value": r"(?i)\bexpert"},
         lambda text: f"{_first_sentence(text)} For more help, ask an expert.",
+        lambda text: f"{_whole(text)} For more help, ask an expert.",
     ),
     Kind(
         "bullets",
         "Format the answer as a bulleted list, each line starting with '- '.",
         {"kind": "regex", "value": r"^- "},
         lambda text: "\n".join(f"- {s}" for s in re.split(r"(?<=[.!?])\s", text.strip())[:3]),
+        lambda text: "\n".join(f"- {s}" for s in _complete(text)),
     ),
     # A lesson the base mostly follows already (7 of its 24 answers here use "also"): where sft
     # regresses a few items that passed, and the preference term is to be weighed.
@@ -257,6 +281,7 @@ TEST_KINDS = (
         "End your answer with a follow-up question to the user.",
         {"kind": "regex", "value": r"\?\s*\z"},
         lambda text: f"{_first_sentence(text)} Would you like to know more?",
+        lambda text: f"{_whole(text)} Would you like to know more?",
     ),
     Kind(
         "brief",
@@ -275,18 +300,21 @@ TEST_KINDS = (
         "Put the most important sentence in bold, between double asterisks.",
         {"kind": "regex", "value": r"\*\*[^*\n]+\*\*"},
         lambda text: " ".join([f"**{_first_sentence(text)}**", *_sentences(text)[1:3]]),
+        lambda text: " ".join([f"**{_first_sentence(text)}**", *_complete(text)[1:]]),
     ),
     Kind(
         "numbered",
         "Format your answer as a numbered list: 1., 2., 3.",
         {"kind": "regex", "value": r"(?m)^1\. "},
         lambda text: "\n".join(f"{n}. {s}" for n, s in enumerate(_sentences(text)[:3], 1)),
+        lambda text: "\n".join(f"{n}. {s}" for n, s in enumerate(_complete(text), 1)),
     ),
     Kind(
         "tldr",
         "Finish with a last line that starts with 'TL;DR:' and sums up the answer.",
         {"kind": "regex", "value": r"(?m)^TL;DR: \S.*\z"},
         lambda text: f"{_first_sentence(text)}\nTL;DR: {' '.join(text.split()[:8])}",
+        lambda text: f"{_whole(text)}\nTL;DR: {' '.join(text.split()[:8])}",
     ),
 )
 
@@ -361,19 +389,21 @@ class QuietJob:
         return f"bench-{self.name}"
 
 
-def make_targets(base, tokenizer, kind: Kind, questions, originals, config: TrainingConfig):
+def make_targets(
+    base, tokenizer, kind: Kind, questions, originals, config: TrainingConfig, corrections: str
+):
     """(approved targets as (question, reply, teacher context, original answer), teacher
     passes, worked examples) as the worker makes them: the 4 corrections, then the teacher for
     the other 12."""
     teacher = TransformersTeacher(base, tokenizer, seed=config.seed)
     worked = [
-        WorkedExample.reply(question, kind.correct(original))
+        WorkedExample.reply(question, kind.corrected(original, corrections))
         for question, original in zip(questions[:4], originals[:4], strict=True)
     ]
     targets, teacher_passed = [], 0
     for index, (question, original) in enumerate(zip(questions, originals, strict=True)):
         if index < 4:
-            reply = _assistant(kind.correct(original))
+            reply = _assistant(kind.corrected(original, corrections))
             targets.append((question, reply, hint_context(user(question), kind.feedback), original))
             continue
         proposals = propose_targets(
@@ -401,13 +431,14 @@ def run_kind(
     model_dir: Path,
     cache_dir: Path,
     config: TrainingConfig,
+    corrections: str = "first",
 ) -> dict:
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(model_dir, config)
     started = time.monotonic()
     originals = greedy(base, tokenizer, [user(q) for q in questions])
     targets, teacher_passed, worked = make_targets(
-        base, tokenizer, kind, questions, originals, config
+        base, tokenizer, kind, questions, originals, config, corrections
     )
     targets_s = time.monotonic() - started
 
@@ -567,6 +598,14 @@ def main() -> None:
         action="store_true",
         help="propose the teacher's edit of each answer before its samples (teacher_edits)",
     )
+    parser.add_argument(
+        "--corrections",
+        choices=["first", "whole"],
+        default="first",
+        help="how the stand-in reviewer corrects an answer: from its first sentence (the "
+        "figures so far), or keeping every complete sentence of it (where cutting is not the "
+        "lesson itself)",
+    )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]
     chosen_kinds = [kind for kind in kinds if not args.kinds or kind.name in args.kinds]
@@ -575,7 +614,7 @@ def main() -> None:
         f"set {args.set}, mode {args.mode}, seeds {args.seeds}, forgetting guard weight "
         f"{args.base_kl_weight} towards {args.guard_reference}, preference weight "
         f"{args.preference_weight} on {args.preference_lessons} lessons, teacher edits "
-        f"{'on' if args.teacher_edits else 'off'}; every other "
+        f"{'on' if args.teacher_edits else 'off'}, {args.corrections} corrections; every other "
         f"setting the default; {len(held_out)} held-out questions",
         flush=True,
     )
@@ -596,7 +635,9 @@ def main() -> None:
                 guard_reference=args.guard_reference,
                 teacher_edits=args.teacher_edits,
             )
-            row = run_kind(kind, questions, held_out, model_dir, args.model_cache, config)
+            row = run_kind(
+                kind, questions, held_out, model_dir, args.model_cache, config, args.corrections
+            )
             rows.append(row)
             print(
                 f"{kind.name} seed {seed}: {row['decision'][:90]}; held-out adherence "
