@@ -1,17 +1,16 @@
 """The real bundled SmolLM2-135M learns written feedback: targets from the model itself shown
 the feedback (`hint`), SFT of a LoRA adapter on them, then held-out prompts WITHOUT feedback.
 
-Measured on 2 CPU cores (numbers in the assertions' comments); each test takes about 2-4 min.
+Measured on 2 CPU cores (numbers in the assertions' comments); about 1.5 min. "Always begin
+your answer with 'Answer:'", held-out facts kept, is taught by tests/e2e/test_full_loop.py on the
+worker's own path with default settings; this one teaches a length lesson with the library alone.
 """
 
 import dataclasses
 import time
 
 import pytest
-from peft import PeftModel
-from transformers import AutoModelForCausalLM
 
-from training.adapters import write_adapter
 from training.config import TrainingConfig
 from training.evaluation import compare_replies
 from training.targets import TransformersTeacher, propose_targets
@@ -19,37 +18,6 @@ from training.trainer import Example, add_lora, load_base_model, train
 
 pytestmark = pytest.mark.slow
 
-# Short, factual questions; none asks for a capital, so the held-out "capital of France" is a
-# fact the student must keep rather than a pattern it was trained on.
-FACT_QUESTIONS = [
-    "How many legs does a spider have?",
-    "What color is the sky on a clear day?",
-    "What is 7 times 6?",
-    "Who wrote Romeo and Juliet?",
-    "What is the boiling point of water in Celsius?",
-    "What is the largest planet in the solar system?",
-    "What language is spoken in Brazil?",
-    "How many hours are in a day?",
-    "Which animal is known as the king of the jungle?",
-    "What is the opposite of hot?",
-]
-HELD_OUT_FACT_QUESTIONS = [
-    "What is the capital of France?",
-    "How many days are in a week?",
-    "What is the chemical symbol for gold?",
-    "Who painted the Mona Lisa?",
-    "What is the tallest mountain on Earth?",
-    "How many continents are there?",
-    "What is the freezing point of water in Fahrenheit?",
-    "What gas do plants absorb from the air?",
-]
-# Held-out question -> a word the base model's answer contains (checked below) and the
-# student's answer must keep.
-FACTS = {
-    "What is the capital of France?": "Paris",
-    "Who painted the Mona Lisa?": "Leonardo",
-    "What is the tallest mountain on Earth?": "Everest",
-}
 OPEN_QUESTIONS = [
     "Why is the sky blue?",
     "Tell me about the Eiffel Tower.",
@@ -118,37 +86,6 @@ def _compare(model, tokenizer, questions: list[str], checks: list[dict]) -> list
         print(f"{'':>13} | before: {result['before']['reply']!r}")
         print(f"{'':>13} | after:  {result['after']['reply']!r}")
     return results
-
-
-def test_begin_with_answer_is_learned_for_new_prompts_and_facts_are_kept(
-    bundled_model_dir, tmp_path
-):
-    feedback = "Always begin your answer with 'Answer:'"
-    # The reviewer's checks: the prefix, and (rejecting proposals that only repeat the
-    # question back) no question in the answer.
-    checks = [{"kind": "regex", "value": "^Answer:"}, {"kind": "not_regex", "value": r"\?"}]
-    student, tokenizer = _learn(bundled_model_dir, feedback, checks, FACT_QUESTIONS, CONFIG)
-    adapter = write_adapter(student, tmp_path, "smol-v1", CONFIG, target_ids=[])
-
-    # Evaluate what was written to disk, as vLLM would load it.
-    base = AutoModelForCausalLM.from_pretrained(bundled_model_dir, local_files_only=True)
-    results = _compare(
-        PeftModel.from_pretrained(base, adapter.path),
-        tokenizer,
-        HELD_OUT_FACT_QUESTIONS,
-        [checks[0]],
-    )
-
-    before = sum(result["before"]["passed"] for result in results)
-    after = sum(result["after"]["passed"] for result in results)
-    print(f"begins with 'Answer:' on held-out prompts: base {before}/8, student {after}/8")
-    # Measured: base 0/8, student 8/8, and all three facts kept.
-    assert before <= 2
-    assert after >= 6
-    for result, question in zip(results, HELD_OUT_FACT_QUESTIONS, strict=True):
-        if question in FACTS:
-            assert FACTS[question] in result["before"]["reply"]
-            assert FACTS[question] in result["after"]["reply"], question
 
 
 def test_answer_briefly_is_learned_for_new_prompts(bundled_model_dir):
