@@ -157,6 +157,18 @@ def _wait_for(condition, timeout_s: float, what: str, interval_s: float = 1.0):
     pytest.fail(f"waited {timeout_s:.0f} s for {what}")
 
 
+class _Laps:
+    """Seconds since the last lap, printed with what they were spent on."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        now = time.monotonic()
+        print(f"{what}: {now - self.last:.0f} s", flush=True)
+        self.last = now
+
+
 def _episodes(base_url: str, key: str, tasks, label: str) -> list[tuple[str, EpisodeResult]]:
     results = []
     with httpx.Client() as client:
@@ -234,11 +246,13 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
         timeout=60,
     )
 
+    lap = _Laps()  # where the test's minutes go, printed as it goes for reading a CI log
     # 1. The agent works through the gateway on the base model.
     before = _episodes(gateway, key, TAUGHT_TASKS, "before")
     assert _answers_begin_with_answer(before) == 0
     assert _adapter_versions([trace_id for trace_id, _ in before]) == {""}
     _recorded_whole(before)
+    lap("episodes on the base")
 
     # 2. Feedback on each final answer: two in the dashboard (a browser), where the reviewer
     # also writes the corrected reply, then the rest through the API. In that order the
@@ -269,6 +283,7 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
             },
         )
         assert response.status_code == 201, response.text
+    lap("feedback")
 
     # 3. The worker turns feedback into targets (vLLM as teacher); the best passing one is
     # approved, and feedback no revision followed is marked failed (write a correction).
@@ -285,6 +300,7 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     )
     assert approved.filter(source="correction").count() == 2
     assert approved.count() >= 6
+    lap("targets")
 
     # 4. Retrain, clicked in the browser; the run page's progress bar follows the worker as it
     # trains, evaluates, gates and deploys.
@@ -302,6 +318,7 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
             break
         time.sleep(1)
     run = project.runs.get()
+    lap("retrain")
     print(
         f"\nrun {run.status} after {time.monotonic() - started:.0f} s, page showed {states}, "
         f"progress {sorted(percents)}; gate: {run.metrics.get('gate')}; "
@@ -325,6 +342,7 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     time.sleep(2.5)  # the gateway caches routes for 2 s
     after = _episodes(gateway, key, CHECK_TASKS, "after")
     taught = _answers_begin_with_answer(after)
+    lap("episodes on the adapter")
     print(f"answers beginning with 'Answer:': before 0/{len(before)}, after {taught}/{len(after)}")
     assert taught >= len(after) * 3 // 4
     assert _adapter_versions([trace_id for trace_id, _ in after]) == {adapter.name}
@@ -335,5 +353,6 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     expect(page.locator("#deployment-state")).to_have_text("not serving")
     time.sleep(2.5)
     rolled_back = _episodes(gateway, key, CHECK_TASKS[:4], "rolled-back")
+    lap("rollback")
     assert _answers_begin_with_answer(rolled_back) == 0
     assert _adapter_versions([trace_id for trace_id, _ in rolled_back]) == {""}
