@@ -6,7 +6,6 @@ your answer with 'Answer:'", held-out facts kept, is taught by tests/e2e/test_fu
 worker's own path with default settings; this one teaches a length lesson with the library alone.
 """
 
-import dataclasses
 import time
 
 import pytest
@@ -42,7 +41,7 @@ HELD_OUT_OPEN_QUESTIONS = [
 ]
 MAX_TOKENS = 40
 CONFIG = TrainingConfig(
-    lora_r=16, lora_alpha=32, learning_rate=1e-3, epochs=4, min_steps=1, save_every_steps=0
+    lora_r=16, lora_alpha=32, learning_rate=1e-3, epochs=6, min_steps=1, save_every_steps=0
 )
 
 
@@ -91,9 +90,7 @@ def _compare(model, tokenizer, questions: list[str], checks: list[dict]) -> list
 def test_answer_briefly_is_learned_for_new_prompts(bundled_model_dir):
     feedback = "Answer in at most 12 words."
     checks = [{"kind": "max_words", "value": 12}]
-    student, tokenizer = _learn(
-        bundled_model_dir, feedback, checks, OPEN_QUESTIONS, dataclasses.replace(CONFIG, epochs=6)
-    )
+    student, tokenizer = _learn(bundled_model_dir, feedback, checks, OPEN_QUESTIONS, CONFIG)
 
     results = _compare(student, tokenizer, HELD_OUT_OPEN_QUESTIONS, checks)
 
