@@ -84,13 +84,16 @@ class Kind:
     feedback: str
     check: dict
     correct: Callable[[str], str]  # a reviewer's corrected answer, from the original one
-    # The same reviewer keeping every complete sentence of the original (--corrections whole);
+    # The same reviewer keeping the given complete sentences of the original (the original
+    # passed too): every one (--corrections whole) or the opening ones (--corrections lead);
     # None where cutting the answer is the lesson itself.
-    correct_whole: Callable[[str], str] | None = None
+    correct_kept: Callable[[list[str], str], str] | None = None
 
     def corrected(self, original: str, corrections: str) -> str:
-        if corrections == "whole" and self.correct_whole:
-            return self.correct_whole(original)
+        if corrections == "whole" and self.correct_kept:
+            return self.correct_kept(_complete(original), original)
+        if corrections == "lead" and self.correct_kept:
+            return self.correct_kept(_lead(original), original)
         return self.correct(original)
 
 
@@ -121,8 +124,21 @@ def _complete(text: str) -> list[str]:
     return sentences
 
 
-def _whole(text: str) -> str:
-    return " ".join(_complete(text))
+# What a reviewer keeps of an answer's opening (--corrections lead): the complete sentences up to
+# this many words, less than half what the harness's 96 tokens hold, so the lesson fits after.
+LEAD_WORDS = 40
+
+
+def _lead(text: str) -> list[str]:
+    """The answer's opening complete sentences within LEAD_WORDS words (the first whatever its
+    length): the content the base often states after an opener ("The answer to this question
+    is rooted in...") is kept, the length is not."""
+    kept: list[str] = []
+    for sentence in _complete(text):
+        if kept and len(" ".join([*kept, sentence]).split()) > LEAD_WORDS:
+            break
+        kept.append(sentence)
+    return kept
 
 
 # The development set: the defaults were chosen on it.
@@ -195,7 +211,7 @@ DEV_KINDS = (
         "End every answer with the sentence 'Hope this helps.'",
         {"kind": "regex", "value": r"Hope this helps\.?\s*$"},
         lambda text: f"{_first_sentence(text)} Hope this helps.",
-        lambda text: f"{_whole(text)} Hope this helps.",
+        lambda kept, _: f"{' '.join(kept)} Hope this helps.",
     ),
     Kind(
         "lowercase",
@@ -208,14 +224,14 @@ DEV_KINDS = (
         "Always suggest asking an expert for more help.",
         {"kind": "regex", "value": r"(?i)\bexpert"},
         lambda text: f"{_first_sentence(text)} For more help, ask an expert.",
-        lambda text: f"{_whole(text)} For more help, ask an expert.",
+        lambda kept, _: f"{' '.join(kept)} For more help, ask an expert.",
     ),
     Kind(
         "bullets",
         "Format the answer as a bulleted list, each line starting with '- '.",
         {"kind": "regex", "value": r"^- "},
         lambda text: "\n".join(f"- {s}" for s in re.split(r"(?<=[.!?])\s", text.strip())[:3]),
-        lambda text: "\n".join(f"- {s}" for s in _complete(text)),
+        lambda kept, _: "\n".join(f"- {s}" for s in kept),
     ),
     # A lesson the base mostly follows already (7 of its 24 answers here use "also"): where sft
     # regresses a few items that passed, and the preference term is to be weighed.
@@ -281,7 +297,7 @@ TEST_KINDS = (
         "End your answer with a follow-up question to the user.",
         {"kind": "regex", "value": r"\?\s*\z"},
         lambda text: f"{_first_sentence(text)} Would you like to know more?",
-        lambda text: f"{_whole(text)} Would you like to know more?",
+        lambda kept, _: f"{' '.join(kept)} Would you like to know more?",
     ),
     Kind(
         "brief",
@@ -300,21 +316,21 @@ TEST_KINDS = (
         "Put the most important sentence in bold, between double asterisks.",
         {"kind": "regex", "value": r"\*\*[^*\n]+\*\*"},
         lambda text: " ".join([f"**{_first_sentence(text)}**", *_sentences(text)[1:3]]),
-        lambda text: " ".join([f"**{_first_sentence(text)}**", *_complete(text)[1:]]),
+        lambda kept, _: " ".join([f"**{kept[0]}**", *kept[1:]]),
     ),
     Kind(
         "numbered",
         "Format your answer as a numbered list: 1., 2., 3.",
         {"kind": "regex", "value": r"(?m)^1\. "},
         lambda text: "\n".join(f"{n}. {s}" for n, s in enumerate(_sentences(text)[:3], 1)),
-        lambda text: "\n".join(f"{n}. {s}" for n, s in enumerate(_complete(text), 1)),
+        lambda kept, _: "\n".join(f"{n}. {s}" for n, s in enumerate(kept, 1)),
     ),
     Kind(
         "tldr",
         "Finish with a last line that starts with 'TL;DR:' and sums up the answer.",
         {"kind": "regex", "value": r"(?m)^TL;DR: \S.*\z"},
         lambda text: f"{_first_sentence(text)}\nTL;DR: {' '.join(text.split()[:8])}",
-        lambda text: f"{_whole(text)}\nTL;DR: {' '.join(text.split()[:8])}",
+        lambda kept, text: f"{' '.join(kept)}\nTL;DR: {' '.join(text.split()[:8])}",
     ),
 )
 
@@ -600,11 +616,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--corrections",
-        choices=["first", "whole"],
+        choices=["first", "whole", "lead"],
         default="first",
         help="how the stand-in reviewer corrects an answer: from its first sentence (the "
-        "figures so far), or keeping every complete sentence of it (where cutting is not the "
-        "lesson itself)",
+        "figures so far), keeping every complete sentence of it, or its opening sentences "
+        f"within {LEAD_WORDS} words (the last two where cutting is not the lesson itself)",
     )
     args = parser.parse_args()
     kinds, questions, held_out = SETS[args.set]
