@@ -656,7 +656,8 @@ def main() -> None:
             )
             rows.append(row)
             print(
-                f"{kind.name} seed {seed}: {row['decision'][:90]}; held-out adherence "
+                # The decision's first reason only: each candidate's whole reason follows.
+                f"{kind.name} seed {seed}: {row['decision'].split('; ')[0]}; held-out adherence "
                 + ", ".join(f"{column} {row[column]:.2f}" for column in COLUMNS)
                 + f"; targets {row['targets']} ({row['teacher_passed']}/12 from the teacher), "
                 f"{row['pairs']} preference pairs, {row['steps']} steps, "
