@@ -90,10 +90,9 @@ class Kind:
     correct_kept: Callable[[list[str], str], str] | None = None
 
     def corrected(self, original: str, corrections: str) -> str:
-        if corrections == "whole" and self.correct_kept:
-            return self.correct_kept(_complete(original), original)
-        if corrections == "lead" and self.correct_kept:
-            return self.correct_kept(_lead(original), original)
+        keep = KEPT_SENTENCES.get(corrections)
+        if keep and self.correct_kept:
+            return self.correct_kept(keep(original), original)
         return self.correct(original)
 
 
@@ -133,12 +132,17 @@ def _lead(text: str) -> list[str]:
     """The answer's opening complete sentences within LEAD_WORDS words (the first whatever its
     length): the content the base often states after an opener ("The answer to this question
     is rooted in...") is kept, the length is not."""
-    kept: list[str] = []
+    kept, words = [], 0
     for sentence in _complete(text):
-        if kept and len(" ".join([*kept, sentence]).split()) > LEAD_WORDS:
+        words += len(sentence.split())
+        if kept and words > LEAD_WORDS:
             break
         kept.append(sentence)
     return kept
+
+
+# The sentences each --corrections choice other than "first" keeps of the original.
+KEPT_SENTENCES: dict[str, Callable[[str], list[str]]] = {"whole": _complete, "lead": _lead}
 
 
 # The development set: the defaults were chosen on it.
@@ -616,7 +620,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--corrections",
-        choices=["first", "whole", "lead"],
+        choices=["first", *KEPT_SENTENCES],
         default="first",
         help="how the stand-in reviewer corrects an answer: from its first sentence (the "
         "figures so far), keeping every complete sentence of it, or its opening sentences "
