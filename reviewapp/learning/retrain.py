@@ -76,10 +76,12 @@ def _execute(run: TrainingRun) -> str:
     outcome = run_job(_training_job(run), callbacks)
     if outcome.stopped:  # cancelled, or failed as stale meanwhile
         raise TransitionRefused(f"run {run.pk} stopped while {callbacks.status}")
+    callbacks.end_phase()
     metrics = {
         # What was stored when the run was created (the training-data accounting) stays.
         **TrainingRun.objects.values_list("metrics", flat=True).get(pk=run.pk),
         **outcome.metrics,
+        "phase_seconds": callbacks.phase_seconds,
     }
     with transaction.atomic():
         adapter = Adapter.objects.create(
@@ -353,11 +355,20 @@ class _RunCallbacks:
         self.status: str = RunStatus.BUILDING  # the one this worker last moved the run to
         self.last_write = 0.0
         self.adapter_version: int | None = None
+        # Seconds each phase took, for the run page: where a retrain's minutes go.
+        self.phase_seconds: dict[str, float] = {}
+        self.phase_began = time.monotonic()
 
     def on_phase(self, phase: "Phase") -> None:
         source, target = self.MOVES[phase]
         move(self.run.pk, source=source, target=target)
+        self.end_phase()
         self.status = target
+
+    def end_phase(self) -> None:
+        now = time.monotonic()
+        self.phase_seconds[str(self.status)] = round(now - self.phase_began, 1)
+        self.phase_began = now
 
     def on_progress(self, progress: "Progress") -> None:
         now = time.monotonic()

@@ -10,6 +10,7 @@ question, never reviewed, now makes the agent call the calculator in a live epis
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -60,6 +61,18 @@ def _episode(client: httpx.Client, gateway: str, key: str, task: Task, trace_id:
     )
 
 
+def _episodes(client: httpx.Client, gateway: str, key: str, asked: list[tuple[Task, str]]):
+    """Each (task, label) as an episode with trace id <label>-<task id>, all in flight together:
+    vLLM batches their turns, as it does a harness's workers'."""
+
+    def episode(task_and_label: tuple[Task, str]) -> EpisodeResult:
+        task, label = task_and_label
+        return _episode(client, gateway, key, task, f"{label}-{task.task_id}")
+
+    with ThreadPoolExecutor(max_workers=len(asked)) as pool:
+        return list(pool.map(episode, asked))
+
+
 def _calculator_calls(result: EpisodeResult) -> list[dict]:
     return [
         call["function"]
@@ -90,11 +103,11 @@ def test_corrected_tool_calls_teach_the_agent_to_call_the_calculator_on_a_new_qu
 
     # 1. The base model, tools offered, answers arithmetic from memory: the reviewed questions
     # and the new ones alike.
-    before = {
-        task_id: _episode(client, gateway, key, TASKS_BY_ID[task_id], f"before-{task_id}")
-        for task_id in TAUGHT
-    }
-    base_new = [_episode(client, gateway, key, task, f"base-{task.task_id}") for task in NEW_TASKS]
+    asked = [(TASKS_BY_ID[task_id], "before") for task_id in TAUGHT]
+    asked += [(task, "base") for task in NEW_TASKS]
+    answered = _episodes(client, gateway, key, asked)
+    before = dict(zip(TAUGHT, answered[: len(TAUGHT)], strict=True))
+    base_new = answered[len(TAUGHT) :]
     for result in [*before.values(), *base_new]:
         assert result.tool_calls == 0, result.messages
     assert _adapter_versions([f"before-{task_id}" for task_id in TAUGHT]) == {""}
@@ -147,7 +160,7 @@ def test_corrected_tool_calls_teach_the_agent_to_call_the_calculator_on_a_new_qu
     # 4. New questions, never reviewed, in live episodes through the gateway: the agent now
     # calls the calculator with an expression, reads its result and answers.
     time.sleep(2.5)  # the gateway caches routes for 2 s
-    after = [_episode(client, gateway, key, task, f"after-{task.task_id}") for task in NEW_TASKS]
+    after = _episodes(client, gateway, key, [(task, "after") for task in NEW_TASKS])
     for task, result in zip(NEW_TASKS, after, strict=True):
         print(f"{task.task_id}: {result.termination} success={result.success} {result.messages}")
     assert all(_calculator_calls(result) for result in after), [r.messages for r in after]

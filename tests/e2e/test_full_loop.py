@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -43,6 +44,8 @@ TAUGHT_TASKS = TASKS[:12]
 CHECK_TASKS = TASKS[12:20]  # never reviewed: the lesson has to carry over to new questions
 ACTIVE_STATES = {str(status) for status in ACTIVE_RUN_STATUSES}
 RUN_PAGE_WAIT_MS = 60_000
+# An episode's budget, its turns batched with the others': 7-12 s each alone on 2 cores.
+EPISODE_BUDGET_S = 180
 SERVER_SECRET_KEY = "full-loop-test-secret-key-not-for-production-0123456789abcdef"
 
 
@@ -170,23 +173,27 @@ class _Laps:
 
 
 def _episodes(base_url: str, key: str, tasks, label: str) -> list[tuple[str, EpisodeResult]]:
-    results = []
-    with httpx.Client() as client:
-        for number, task in enumerate(tasks):
-            trace_id = f"{label}-{number}"
-            result = run_episode(
-                client,
-                base_url=base_url,
-                api_key=key,
-                model=MODEL,
-                task=task,
-                env=ToolEnvironment(failure_rate=0.0, seed=number),
-                time_budget_s=60,
-                max_steps=3,
-                trace_id=trace_id,
-            )
-            results.append((trace_id, result))
-    return results
+    """One episode a task, all in flight together as a harness's workers run them: vLLM batches
+    their turns (12 episodes one after another took 88-143 s of the test here, most of it
+    waiting on one reply at a time). Each keeps its own seed and trace id, and so its result."""
+
+    def episode(number: int, task) -> tuple[str, EpisodeResult]:
+        trace_id = f"{label}-{number}"
+        result = run_episode(
+            client,
+            base_url=base_url,
+            api_key=key,
+            model=MODEL,
+            task=task,
+            env=ToolEnvironment(failure_rate=0.0, seed=number),
+            time_budget_s=EPISODE_BUDGET_S,
+            max_steps=3,
+            trace_id=trace_id,
+        )
+        return trace_id, result
+
+    with httpx.Client() as client, ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+        return list(pool.map(episode, range(len(tasks)), tasks))
 
 
 def _answers_begin_with_answer(results) -> int:
@@ -322,7 +329,7 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     print(
         f"\nrun {run.status} after {time.monotonic() - started:.0f} s, page showed {states}, "
         f"progress {sorted(percents)}; gate: {run.metrics.get('gate')}; "
-        f"train: {run.metrics.get('train')}"
+        f"train: {run.metrics.get('train')}; phases (s): {run.metrics.get('phase_seconds')}"
     )
     for candidate in run.metrics.get("candidates") or []:  # each adapter the gate weighed
         print(f"candidate step {candidate['step']}: passed {candidate['passed']}, "

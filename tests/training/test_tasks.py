@@ -1,6 +1,7 @@
 """The Celery tasks end to end on a tiny model saved to disk, against the real database."""
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -57,6 +58,35 @@ def test_a_run_trains_writes_an_immutable_adapter_and_records_progress(project, 
     files = {path.name for path in Path(adapter.path).iterdir()}
     assert {"adapter_model.safetensors", "training_config.json", "lineage.json"} <= files
     assert set(run.metrics["feedback_items"]) >= {"fixed", "still failing", "regressed"}
+
+
+def test_the_run_records_the_seconds_each_phase_took_and_its_page_shows_them(
+    project, approved, monkeypatch, alice
+):
+    from django.test import Client
+
+    from training import trainer
+
+    def slow_train(*args, **kwargs):  # a training phase of known length: at least 0.5 s
+        time.sleep(0.5)
+        return train_for_real(*args, **kwargs)
+
+    train_for_real = trainer.train
+    monkeypatch.setattr(trainer, "train", slow_train)
+    started = time.monotonic()
+    run = start_retrain(project=project)
+    run_training(run.pk)
+    took = time.monotonic() - started
+    run.refresh_from_db()
+    phases = run.metrics["phase_seconds"]
+    assert list(phases) == ["building", "training", "evaluating"]
+    assert phases["training"] >= 0.5
+    assert min(phases["building"], phases["evaluating"]) > 0
+    assert sum(phases.values()) <= took + 0.1
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
+    assert f"{phases['training']} s training" in page
 
 
 def test_a_second_delivery_of_the_same_run_does_nothing(project, approved):
