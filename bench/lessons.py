@@ -238,11 +238,13 @@ def print_ledger(api: httpx.Client, run: dict, minutes: float, after: str) -> No
     regression = run["eval"].get("regression") or {}
     facts = regression.get("summary") or {}
     lost = (regression.get("facts") or {}).get("lost_from_base") or []
+    phases = run["eval"].get("phase_seconds") or {}  # where the minutes went
     print(
         f"\nafter {after}: run {run['status']} ({run.get('error') or 'no error'}); adapter "
         f"{run['adapter']}; {facts.get('regressed', 0)} of {sum(facts.values())} facts broken "
         f"against what serves, {len(lost)} lost since the base{': ' if lost else ''}"
-        f"{'; '.join(lost)}; {minutes:.1f} min click -> end",
+        f"{'; '.join(lost)}; {minutes:.1f} min click -> end"
+        + "".join(f", {seconds:.0f} s {phase}" for phase, seconds in phases.items()),
         flush=True,
     )
     # A lesson given later has no entry for the versions before it: those cells stay "-".
