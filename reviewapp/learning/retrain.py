@@ -355,7 +355,8 @@ class _RunCallbacks:
         self.status: str = RunStatus.BUILDING  # the one this worker last moved the run to
         self.last_write = 0.0
         self.adapter_version: int | None = None
-        # Seconds each phase took, for the run page: where a retrain's minutes go.
+        # Seconds each phase took in this worker (a run taken over: since it took over), for
+        # the run page: where a retrain's minutes go.
         self.phase_seconds: dict[str, float] = {}
         self.phase_began = time.monotonic()
 

@@ -79,7 +79,7 @@ def test_the_run_records_the_seconds_each_phase_took_and_its_page_shows_them(
     took = time.monotonic() - started
     run.refresh_from_db()
     phases = run.metrics["phase_seconds"]
-    assert list(phases) == ["building", "training", "evaluating"]
+    assert set(phases) == {"building", "training", "evaluating"}
     assert phases["training"] >= 0.5
     assert min(phases["building"], phases["evaluating"]) > 0
     assert sum(phases.values()) <= took + 0.1
