@@ -10,6 +10,7 @@ deleted. Plain httpx, no Django: reviewapp/learning/ lists the servers a run may
 
 import contextlib
 import shutil
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -97,14 +98,28 @@ class ServerReplier:
         self.fallback = fallback
         self.name_prefix = name_prefix
         self.concurrency = concurrency
+        self.reply_seconds = 0.0
         self.record = {
             "server": self.base_url,
             "server_replies": 0,
             "in_process_replies": 0,
             "error": "",
+            # Seconds spent on replies, server and fallback together: the rest of an
+            # evaluation is measured in the worker (divergence, checks).
+            "reply_seconds": 0.0,
         }
 
     def greedy_replies(
+        self, model: PeftModel, prompts: list[list[int]], budgets: list[int], *, adapter_on: bool
+    ) -> list[list[int]]:
+        started = time.monotonic()
+        try:
+            return self._replies(model, prompts, budgets, adapter_on=adapter_on)
+        finally:
+            self.reply_seconds += time.monotonic() - started
+            self.record["reply_seconds"] = round(self.reply_seconds, 2)
+
+    def _replies(
         self, model: PeftModel, prompts: list[list[int]], budgets: list[int], *, adapter_on: bool
     ) -> list[list[int]]:
         if not self.record["error"]:

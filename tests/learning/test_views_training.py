@@ -159,3 +159,18 @@ def test_only_admins_of_the_project_set_the_policy(bob, mallory, project, propos
     assert response.status_code == 404
     project.refresh_from_db()
     assert "auto_approve" not in project.settings
+
+
+def test_a_runs_page_says_where_its_replies_came_from_and_how_long_they_took(alice, project):
+    run = TrainingRun.objects.create(
+        project=project, config={}, status=RunStatus.GATE_FAILED,
+        metrics={
+            "feedback_items": {"fixed": 1, "still failing": 0, "regressed": 0, "still passing": 0},
+            "evaluated_on": {"server": "http://127.0.0.1:8100/v1", "server_replies": 68,
+                             "in_process_replies": 0, "error": "", "reply_seconds": 61.37},
+            "phase_seconds": {"building": 1.1, "training": 137.9, "evaluating": 111.3},
+        },
+    )  # fmt: skip
+    html = logged_in(alice).get(f"/p/acme/runs/{run.pk}/").content.decode()
+    assert "on the model server http://127.0.0.1:8100/v1 (68), in 61 s." in html
+    assert "1.1 s building" in html and "137.9 s training and 111.3 s evaluating" in html

@@ -1,6 +1,7 @@
 """The evaluation on a real vLLM CPU server: a trained candidate loaded under a temporary name
 answers as the same adapter does in process, and is gone from the server afterwards."""
 
+import time
 from pathlib import Path
 
 import httpx
@@ -54,14 +55,18 @@ def test_a_candidate_answers_on_vllm_as_in_process_and_is_unloaded_after(vllm_ur
             fallback=InProcessReplier(eos),
             name_prefix="eval-test",
         )
+        started = time.monotonic()
         on_server = evaluate_adapter(
             model, tokenizer, feedback_items, regression_items, replier=server
         )
+        evaluated_in = time.monotonic() - started
         served = {entry["id"] for entry in client.get(f"{vllm_url}/models").json()["data"]}
     in_process = evaluate_adapter(model, tokenizer, feedback_items, regression_items)
 
     assert server.record["error"] == ""
     assert server.record["server_replies"] == 2 * (len(feedback_items) + len(regression_items))
+    assert 0 < server.record["reply_seconds"] <= evaluated_in
+    print(f"replies {server.record['reply_seconds']} s of the evaluation's {evaluated_in:.1f} s")
     pairs = list(zip(_replies(on_server), _replies(in_process), strict=True))
     same_before = sum(server_side[0] == local[0] for server_side, local in pairs)
     same_after = sum(server_side[1] == local[1] for server_side, local in pairs)

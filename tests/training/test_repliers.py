@@ -68,6 +68,7 @@ def test_a_server_that_does_not_answer_hands_every_reply_to_the_fallback(
     assert replier.record["server_replies"] == 0
     assert replier.record["in_process_replies"] == 2 * len(items)  # base side and adapter side
     assert replier.record["error"].startswith("ConnectError")
+    assert replier.record["reply_seconds"] > 0  # the fallback's replies count too
     assert not list((tmp_path / "scratch").glob("*"))  # no candidate left on disk
 
 
