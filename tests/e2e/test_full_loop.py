@@ -329,7 +329,8 @@ def test_feedback_becomes_an_adapter_that_answers_the_harness_and_rollback_resto
     print(
         f"\nrun {run.status} after {time.monotonic() - started:.0f} s, page showed {states}, "
         f"progress {sorted(percents)}; gate: {run.metrics.get('gate')}; "
-        f"train: {run.metrics.get('train')}; phases (s): {run.metrics.get('phase_seconds')}"
+        f"train: {run.metrics.get('train')}; phases (s): {run.metrics.get('phase_seconds')}; "
+        f"replies: {run.metrics.get('evaluated_on')}"
     )
     for candidate in run.metrics.get("candidates") or []:  # each adapter the gate weighed
         print(f"candidate step {candidate['step']}: passed {candidate['passed']}, "
