@@ -66,7 +66,8 @@ def test_a_candidate_answers_on_vllm_as_in_process_and_is_unloaded_after(vllm_ur
     assert server.record["error"] == ""
     assert server.record["server_replies"] == 2 * (len(feedback_items) + len(regression_items))
     assert 0 < server.record["reply_seconds"] <= evaluated_in
-    print(f"replies {server.record['reply_seconds']} s of the evaluation's {evaluated_in:.1f} s")
+    spent = server.record["reply_seconds"]
+    print(f"replies {spent:.1f} s of the evaluation's {evaluated_in:.1f} s")
     pairs = list(zip(_replies(on_server), _replies(in_process), strict=True))
     same_before = sum(server_side[0] == local[0] for server_side, local in pairs)
     same_after = sum(server_side[1] == local[1] for server_side, local in pairs)

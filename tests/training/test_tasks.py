@@ -67,11 +67,12 @@ def test_the_run_records_the_seconds_each_phase_took_and_its_page_shows_them(
 
     from training import trainer
 
+    train_for_real = trainer.train
+
     def slow_train(*args, **kwargs):  # a training phase of known length: at least 0.5 s
         time.sleep(0.5)
         return train_for_real(*args, **kwargs)
 
-    train_for_real = trainer.train
     monkeypatch.setattr(trainer, "train", slow_train)
     started = time.monotonic()
     run = start_retrain(project=project)
