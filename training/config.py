@@ -148,7 +148,11 @@ class TrainingConfig:
     # to begin with "Answer:"), so the guard holds what follows a lesson's words to what the base
     # says without them. In one run of bench/lessons.py it kept no more facts than "base": the
     # "Answer:" lesson's own targets taught "Answer: The answer to this question is that Peru
-    # is a country..." (bench/README.md, '"aligned_edits"'; see teacher_edits).
+    # is a country..." (bench/README.md, '"aligned_edits"'; see teacher_edits). On the
+    # development set it kept the held-out capitals a list lesson had lost (answers right 0.94,
+    # "lesson_edits" 0.62: the base after "- " writes "Sweden is a Scandinavian country...") and
+    # was still refused, 4 gate facts and 10 replies garbled; on "ending" it broke 3 facts, where
+    # "lesson_edits" broke 1 (bench/README.md, "Targets learned only where they leave the base").
     # Runs whose turns were all served with tools always use "base".
     guard_reference: GuardReference = "base"
     # sft: weight of a DPO term on (target, the answer it replaced) pairs, beside the sft loss
